@@ -1,0 +1,24 @@
+"""sbconform's reference model of Azure Service Bus semantics.
+
+Pure Python, standard library only, no I/O, no randomness: an executable reading of
+the documentation, used as the oracle for every target. Start with ``Namespace``.
+"""
+
+from .clock import DAY, HOUR, MINUTE, NEVER, SECOND, TIMESPAN_MAX, INT_MAX, VirtualClock, seconds
+from .entity import PING_CONTENT_TYPE, EntityDescription, Queue, Subscription, Topic
+from .errors import TRANSIENT, ErrorCode, ServiceBusError
+from .message import (
+    DEAD_LETTER_ERROR_DESCRIPTION,
+    DEAD_LETTER_REASON,
+    MAX_DELIVERY_COUNT_EXCEEDED,
+    TTL_EXPIRED,
+    Delivery,
+    Message,
+    State,
+    StoredMessage,
+    message_size,
+)
+from .namespace import Namespace
+from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
+
+__all__ = [name for name in dir() if not name.startswith("_")]

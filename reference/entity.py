@@ -1,0 +1,381 @@
+"""Entities: queues, topics and subscriptions, and their descriptions.
+
+An entity is what a sender addresses. It assigns sequence numbers, applies duplicate
+detection, size limits and quota, holds scheduled messages until their time, and
+hands accepted messages to its store(s): a queue to its own, a topic a copy to each
+subscription. Settlement lives in ``store.MessageStore``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Iterable
+
+from .clock import DAY, MINUTE, NEVER, SECOND, TIMESPAN_MAX
+from .dedup import DuplicateDetection
+from .errors import ErrorCode, ServiceBusError
+from .message import Delivery, Message, State, StoredMessage, message_size
+from .store import MessageStore
+
+KB = 1024
+MB = 1024 * KB
+
+#: Content type of the paired-namespace ping (PAIR-PING-001).
+PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
+
+
+@dataclass(frozen=True, slots=True)
+class EntityDescription:
+    """Properties of a queue, topic or subscription (QueueDescription defaults).
+
+    Durations are model milliseconds; ``TIMESPAN_MAX`` means "never".
+    """
+
+    lock_duration: int = 1 * MINUTE
+    max_delivery_count: int = 10
+    default_message_time_to_live: int = TIMESPAN_MAX
+    dead_lettering_on_message_expiration: bool = False
+    requires_duplicate_detection: bool = False
+    duplicate_detection_history_time_window: int = 10 * MINUTE
+    requires_session: bool = False
+    max_size_in_megabytes: int = 1024
+    max_message_size: int = 256 * KB
+    enable_batched_operations: bool = True
+    auto_delete_on_idle: int = TIMESPAN_MAX
+    enable_partitioning: bool = False
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def with_changes(self, **changes: Any) -> "EntityDescription":
+        unknown = set(changes) - set(self.field_names())
+        if unknown:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown entity properties: {sorted(unknown)}")
+        return replace(self, **changes)
+
+    def validate(self, kind: str) -> "EntityDescription":
+        """Reject descriptions Service Bus would refuse (SETTLE-ENT-001)."""
+        problems = []
+        if not 0 < self.lock_duration <= 5 * MINUTE:
+            problems.append(f"lock_duration must be in (0, 5 minutes], got {self.lock_duration} ms")
+        if self.max_delivery_count < 1:
+            problems.append(f"max_delivery_count must be at least 1, got {self.max_delivery_count}")
+        if self.default_message_time_to_live <= 0:
+            problems.append("default_message_time_to_live must be positive")
+        if self.requires_duplicate_detection and not (
+            20 * SECOND <= self.duplicate_detection_history_time_window <= 7 * DAY
+        ):
+            problems.append(
+                "duplicate_detection_history_time_window must be between 20 seconds and 7 days, "
+                f"got {self.duplicate_detection_history_time_window} ms"
+            )
+        if self.max_size_in_megabytes <= 0:
+            problems.append("max_size_in_megabytes must be positive")
+        if problems:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"invalid {kind} description: " + "; ".join(problems))
+        return self
+
+
+def effective_time_to_live(message_ttl: int | None, *ceilings: int) -> int:
+    """SETTLE-TTL-001: the entity default is both the default and a ceiling."""
+    ttl = message_ttl if message_ttl is not None else TIMESPAN_MAX
+    for ceiling in ceilings:
+        if ceiling < ttl:
+            ttl = ceiling
+    return ttl
+
+
+def expiry(enqueued_time: int, ttl: int) -> int:
+    return NEVER if ttl >= TIMESPAN_MAX else enqueued_time + ttl
+
+
+class Entity:
+    """What queues and topics share: the sending side."""
+
+    kind = "entity"
+
+    def __init__(
+        self,
+        path: str,
+        description: EntityDescription,
+        next_lock_token: Callable[[], int],
+    ) -> None:
+        self.path = path
+        self.description = description
+        self.next_lock_token = next_lock_token
+        self.last_sequence_number = 0
+        self.duplicates = (
+            DuplicateDetection(description.duplicate_detection_history_time_window)
+            if description.requires_duplicate_detection
+            else None
+        )
+        self.scheduled: dict[int, StoredMessage] = {}
+        self.schedule_order: list[tuple[int, int]] = []  # heap of (enqueue time, seq)
+        self.bytes = 0  # held by this entity, for the quota (SETTLE-SEND-005)
+        self.max_bytes = description.max_size_in_megabytes * MB
+        self.stores: list[MessageStore] = []
+
+    # ---------------------------------------------------------------- send
+
+    def check(self, messages: list[Message], now: int) -> list[int]:
+        """Everything that may reject a send, before anything is accepted (all or none)."""
+        d = self.description
+        if len(messages) == 1:
+            size = message_size(messages[0])
+            if size <= d.max_message_size and self.bytes + size <= self.max_bytes and (
+                messages[0].session_id is not None or not self.requires_session_on_send()
+            ):
+                return [size]
+        sizes = [message_size(m) for m in messages]
+        total = sum(sizes)
+        for size in sizes:
+            if size > d.max_message_size:
+                raise ServiceBusError(
+                    ErrorCode.MESSAGE_SIZE_EXCEEDED,
+                    f"The message of {size} bytes exceeds the maximum message size of {d.max_message_size} bytes.",
+                    transient=False,
+                )
+        if len(messages) > 1 and total > d.max_message_size:
+            raise ServiceBusError(
+                ErrorCode.MESSAGE_SIZE_EXCEEDED,
+                f"The batch of {total} bytes exceeds the maximum message size of {d.max_message_size} bytes.",
+                transient=False,
+            )
+        if self.requires_session_on_send():
+            for m in messages:
+                if m.session_id is None:
+                    raise ServiceBusError(
+                        ErrorCode.INVALID_OPERATION,
+                        "The SessionId was not set on a message, and it cannot be sent to the entity. "
+                        "Entities that have session support enabled can only receive messages that have the SessionId set.",
+                    )
+        if self.bytes + total > self.max_bytes:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"The maximum entity size has been reached or exceeded for {self.kind} '{self.path}': "
+                f"size {self.bytes} bytes, max {self.max_bytes} bytes.",
+                transient=False,
+            )
+        return sizes
+
+    def requires_session_on_send(self) -> bool:
+        return False
+
+    def accept(self, messages: list[Message], now: int) -> list[int | None]:
+        """SETTLE-SEND-001: accept a message or a batch; returns sequence numbers.
+
+        ``None`` marks a message accepted but dropped as a duplicate (SETTLE-DUP-001).
+        """
+        if self.schedule_order:
+            self.tick(now)
+        sizes = self.check(messages, now)
+        out: list[int | None] = []
+        duplicates = self.duplicates
+        for message, size in zip(messages, sizes):
+            if duplicates is not None:
+                if duplicates.is_duplicate(message.message_id, now):
+                    out.append(None)
+                    continue
+                duplicates.record(message.message_id, now)
+            when = message.scheduled_enqueue_time
+            if when is not None and when > now:
+                out.append(self._hold_scheduled(message, size, when))
+                continue
+            self.last_sequence_number += 1
+            seq = self.last_sequence_number
+            self.deliver(message, seq, now, size)
+            out.append(seq)
+        return out
+
+    def schedule(self, messages: list[Message], enqueue_time: int, now: int) -> list[int]:
+        """SETTLE-SCHED-001: hold messages until ``enqueue_time``; returns their numbers."""
+        self.tick(now)
+        sizes = self.check(messages, now)
+        out = []
+        for message, size in zip(messages, sizes):
+            if self.duplicates is not None:
+                if self.duplicates.is_duplicate(message.message_id, now):
+                    continue
+                self.duplicates.record(message.message_id, now)
+            if enqueue_time <= now:
+                self.last_sequence_number += 1
+                self.deliver(message, self.last_sequence_number, now, size)
+                out.append(self.last_sequence_number)
+            else:
+                out.append(self._hold_scheduled(message, size, enqueue_time))
+        return out
+
+    def _hold_scheduled(self, message: Message, size: int, enqueue_time: int) -> int:
+        self.last_sequence_number += 1
+        seq = self.last_sequence_number
+        held = StoredMessage(message.with_changes(scheduled_enqueue_time=enqueue_time), seq, enqueue_time, NEVER, size, State.SCHEDULED)
+        self.scheduled[seq] = held
+        heapq.heappush(self.schedule_order, (enqueue_time, seq))
+        self.bytes += size
+        return seq
+
+    def cancel_scheduled(self, sequence_numbers: Iterable[int], now: int) -> None:
+        """SETTLE-SCHED-003: cancelling deletes a scheduled message before its time."""
+        self.tick(now)
+        seqs = list(sequence_numbers)
+        for seq in seqs:
+            if seq not in self.scheduled:
+                raise ServiceBusError(
+                    ErrorCode.MESSAGE_NOT_FOUND,
+                    f"No scheduled message with sequence number {seq} in '{self.path}'.",
+                )
+        for seq in seqs:
+            held = self.scheduled.pop(seq)
+            held.state = State.CANCELLED
+            self.bytes -= held.size
+
+    def tick(self, now: int) -> None:
+        """SETTLE-SCHED-002: scheduled messages materialise at their time, with a new
+        sequence number, as if sent at that instant."""
+        order = self.schedule_order
+        while order and order[0][0] <= now:
+            when, seq = heapq.heappop(order)
+            held = self.scheduled.pop(seq, None)
+            if held is None:
+                continue  # cancelled
+            self.bytes -= held.size
+            self.last_sequence_number += 1
+            self.deliver(held.message, self.last_sequence_number, when, held.size)
+
+    def next_due(self) -> int | None:
+        """The next instant at which time alone changes this entity, if any."""
+        times = [t for t, seq in self.schedule_order if seq in self.scheduled][:1]
+        for store in self.stores:
+            t = store.next_due()
+            if t is not None:
+                times.append(t)
+        return min(times) if times else None
+
+    def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
+        raise NotImplementedError
+
+    def scheduled_deliveries(self, from_sequence_number: int) -> list[Delivery]:
+        return [Delivery(m) for seq, m in sorted(self.scheduled.items()) if seq >= from_sequence_number]
+
+    def _released(self, msg: StoredMessage) -> None:
+        self.bytes -= msg.size
+
+    def _new_store(self, path: str, d: EntityDescription) -> MessageStore:
+        dead_letter = MessageStore(
+            path + "/$DeadLetterQueue",
+            d.lock_duration,
+            d.max_delivery_count,
+            on_remove=self._released,
+            is_dead_letter=True,
+            next_lock_token=self.next_lock_token,
+        )
+        store = MessageStore(
+            path,
+            d.lock_duration,
+            d.max_delivery_count,
+            d.dead_lettering_on_message_expiration,
+            d.requires_session,
+            dead_letter=dead_letter,
+            on_remove=self._released,
+            next_lock_token=self.next_lock_token,
+        )
+        self.stores.append(store)
+        return store
+
+
+class Queue(Entity):
+    kind = "queue"
+
+    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int]) -> None:
+        super().__init__(path, description, next_lock_token)
+        self.store = self._new_store(path, description)
+
+    def requires_session_on_send(self) -> bool:
+        return self.description.requires_session
+
+    def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
+        if message.content_type == PING_CONTENT_TYPE:
+            return  # PAIR-PING-003: the broker never hands a ping to a receiver
+        default_ttl = self.description.default_message_time_to_live
+        ttl = message.time_to_live
+        ttl = default_ttl if ttl is None or ttl > default_ttl else ttl  # SETTLE-TTL-001
+        self.bytes += size
+        store = self.store
+        if now >= store._due:
+            store.tick(now)
+        store.enqueue(StoredMessage(message, seq, now, NEVER if ttl >= TIMESPAN_MAX else now + ttl, size))
+
+
+class Subscription:
+    """A topic's subscription: its own store, with its own description."""
+
+    kind = "subscription"
+
+    def __init__(self, topic: "Topic", name: str, description: EntityDescription) -> None:
+        self.topic = topic
+        self.name = name
+        self.path = f"{topic.path}/Subscriptions/{name}"
+        self.description = description
+        self.store = topic._new_store(self.path, description)
+
+
+class Topic(Entity):
+    kind = "topic"
+
+    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int]) -> None:
+        super().__init__(path, description, next_lock_token)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.copies: dict[int, int] = {}  # seq -> copies still held by subscriptions
+
+    def add_subscription(self, name: str, description: EntityDescription) -> Subscription:
+        key = name.lower()
+        if key in self.subscriptions:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_ALREADY_EXISTS, f"The subscription '{name}' already exists in topic '{self.path}'."
+            )
+        sub = self.subscriptions[key] = Subscription(self, name, description)
+        return sub
+
+    def remove_subscription(self, name: str) -> None:
+        sub = self.subscriptions.pop(name.lower(), None)
+        if sub is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"No subscription '{name}' in topic '{self.path}'.")
+        self.stores.remove(sub.store)
+        for store in (sub.store, sub.store.dead_letter_queue):
+            for msg in list(store.messages.values()):
+                self._released(msg)
+
+    def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
+        """SETTLE-TOPIC-001: every subscription gets its own copy, with the same number."""
+        if message.content_type == PING_CONTENT_TYPE:
+            return  # PAIR-PING-003
+        subs = list(self.subscriptions.values())
+        if not subs:
+            return
+        self.bytes += size
+        self.copies[seq] = len(subs)
+        topic_ttl = self.description.default_message_time_to_live
+        for sub in subs:
+            ttl = effective_time_to_live(message.time_to_live, topic_ttl, sub.description.default_message_time_to_live)
+            stored = StoredMessage(message, seq, now, expiry(now, ttl), size)
+            store = sub.store
+            store.tick(now)
+            if sub.description.requires_session and message.session_id is None:
+                # The copy cannot live in a session subscription: dead-lettered at once.
+                stored.dead_letter_reason = "Session ID is null."
+                stored.dead_letter_description = (
+                    "Session enabled entity doesn't allow a message whose session identifier is null."
+                )
+                store.dead_letter_queue.enqueue(stored)
+                continue
+            store.enqueue(stored)
+
+    def _released(self, msg: StoredMessage) -> None:
+        left = self.copies.get(msg.sequence_number, 0) - 1
+        if left <= 0:
+            self.copies.pop(msg.sequence_number, None)
+            self.bytes -= msg.size
+        else:
+            self.copies[msg.sequence_number] = left

@@ -1,0 +1,225 @@
+"""Messages: what a sender hands over, and what the broker keeps about it.
+
+``Message`` holds the properties a sender may set. ``StoredMessage`` is the broker's
+record of one accepted copy of it in one store, with the system properties Service Bus
+assigns (sequence number, enqueued time, expiry, delivery count, lock). ``Delivery`` is
+the immutable snapshot a receiver gets when the broker hands a message over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Mapping
+
+#: Application properties carrying dead-letter information (as the SDKs read them).
+DEAD_LETTER_REASON = "DeadLetterReason"
+DEAD_LETTER_ERROR_DESCRIPTION = "DeadLetterErrorDescription"
+
+#: Dead-letter reasons the broker itself uses.
+MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
+TTL_EXPIRED = "TTLExpiredException"
+
+#: Fixed per-message overhead of the model's size metric (header, annotations, framing).
+MESSAGE_OVERHEAD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as a sender builds it. Times are model milliseconds."""
+
+    body: bytes = b""
+    message_id: str | None = None
+    session_id: str | None = None
+    partition_key: str | None = None
+    time_to_live: int | None = None
+    scheduled_enqueue_time: int | None = None
+    content_type: str | None = None
+    correlation_id: str | None = None
+    subject: str | None = None
+    to: str | None = None
+    reply_to: str | None = None
+    application_properties: Mapping[str, Any] = field(default_factory=dict)
+    _size: int = field(default=-1, init=False, repr=False, compare=False)
+
+    def with_changes(self, **changes: Any) -> "Message":
+        return replace(self, **changes)
+
+
+def _value_size(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, (int, float)):
+        return 8
+    return len(str(value).encode("utf-8"))
+
+
+def message_size(message: Message) -> int:
+    """The model's size of a message in bytes (computed once per message)."""
+    size = message._size
+    if size < 0:
+        size = _measure(message)
+        object.__setattr__(message, "_size", size)
+    return size
+
+
+def _measure(message: Message) -> int:
+    """The model's size of a message in bytes.
+
+    Body, plus every string property and application property (key and value), plus a
+    fixed overhead. It is not the AMQP-encoded size, but it grows the same way: moving a
+    property under another name, or adding one, makes the message larger (PAIR-SEND-008).
+    """
+    size = MESSAGE_OVERHEAD + len(message.body)
+    for value in (
+        message.message_id,
+        message.session_id,
+        message.partition_key,
+        message.content_type,
+        message.correlation_id,
+        message.subject,
+        message.to,
+        message.reply_to,
+    ):
+        if value is not None:
+            size += len(value) if value.isascii() else len(value.encode("utf-8"))
+    if message.time_to_live is not None:
+        size += 8
+    if message.scheduled_enqueue_time is not None:
+        size += 8
+    for key, value in message.application_properties.items():
+        size += len(key.encode("utf-8")) + _value_size(value)
+    return size
+
+
+class State(str, Enum):
+    """Where a message copy stands. The first four are live states of a store."""
+
+    ACTIVE = "active"  # available to receivers
+    LOCKED = "locked"  # delivered under a peek-lock, not yet settled
+    DEFERRED = "deferred"  # set aside; receivable only by sequence number
+    SCHEDULED = "scheduled"  # waiting for its scheduled enqueue time
+    DEAD_LETTERED = "dead-lettered"  # in the dead-letter subqueue
+    COMPLETED = "completed"  # settled positively, or received and deleted
+    EXPIRED = "expired"  # time to live passed, dropped (no dead-lettering)
+    CANCELLED = "cancelled"  # a scheduled message cancelled before its time
+    DISCARDED = "discarded"  # never stored (duplicate, or a ping: PAIR-PING-003)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StoredMessage:
+    """The broker's record of one message copy in one store.
+
+    The identity part (message, sequence number, enqueued time, expiry, dead-letter
+    information) never changes while the record lives; moving a message to the
+    dead-letter subqueue makes a new record. The rest (state, delivery count, lock)
+    is the settlement state machine's.
+    """
+
+    __slots__ = (
+        "message",
+        "sequence_number",
+        "enqueued_time",
+        "expires_at",
+        "size",
+        "dead_letter_reason",
+        "dead_letter_description",
+        "dead_letter_source",
+        "state",
+        "delivery_count",
+        "lock_token",
+        "locked_until",
+        "holder",
+        "deferred",
+        "partition",
+    )
+
+    def __init__(
+        self,
+        message: Message,
+        sequence_number: int,
+        enqueued_time: int,
+        expires_at: int,
+        size: int,
+        state: State = State.ACTIVE,
+        delivery_count: int = 0,
+        partition: int | None = None,
+    ) -> None:
+        self.message = message
+        self.sequence_number = sequence_number
+        self.enqueued_time = enqueued_time
+        self.expires_at = expires_at
+        self.size = size
+        self.dead_letter_reason: str | None = None
+        self.dead_letter_description: str | None = None
+        self.dead_letter_source: str | None = None
+        self.state = state
+        self.delivery_count = delivery_count
+        self.lock_token: int | None = None
+        self.locked_until: int | None = None
+        self.holder: int | None = None
+        self.deferred = False  # was deferred before this lock (abandon returns it there)
+        self.partition = partition
+
+    @property
+    def session_id(self) -> str | None:
+        return self.message.session_id
+
+    def __repr__(self) -> str:
+        return (
+            f"StoredMessage(seq={self.sequence_number}, id={self.message.message_id!r}, "
+            f"state={self.state}, dc={self.delivery_count}, lock={self.lock_token})"
+        )
+
+
+class Delivery:
+    """What a receiver (or a peek) sees of a message at the moment it is handed over.
+
+    It copies what may change later (state, delivery count, lock) and reads the rest
+    from the stored record, whose identity part never changes.
+    """
+
+    __slots__ = ("_stored", "delivery_count", "lock_token", "locked_until", "state")
+
+    def __init__(self, stored: StoredMessage, state: State | None = None) -> None:
+        self._stored = stored
+        # Shown as .NET shows it: the service's count of failed deliveries plus one, so
+        # the first delivery (and a peek of a fresh message) shows 1 (SETTLE-LOCK-010).
+        self.delivery_count = stored.delivery_count + 1
+        self.lock_token = stored.lock_token
+        self.locked_until = stored.locked_until
+        self.state = stored.state if state is None else state
+
+    message = property(lambda self: self._stored.message)
+    sequence_number = property(lambda self: self._stored.sequence_number)
+    enqueued_time = property(lambda self: self._stored.enqueued_time)
+    expires_at = property(lambda self: self._stored.expires_at)
+    session_id = property(lambda self: self._stored.message.session_id)
+    dead_letter_reason = property(lambda self: self._stored.dead_letter_reason)
+    dead_letter_description = property(lambda self: self._stored.dead_letter_description)
+    dead_letter_source = property(lambda self: self._stored.dead_letter_source)
+    partition = property(lambda self: self._stored.partition)
+    message_id = property(lambda self: self._stored.message.message_id)
+
+    @property
+    def application_properties(self) -> dict[str, Any]:
+        props = dict(self.message.application_properties)
+        if self.dead_letter_reason is not None:
+            props[DEAD_LETTER_REASON] = self.dead_letter_reason
+        if self.dead_letter_description is not None:
+            props[DEAD_LETTER_ERROR_DESCRIPTION] = self.dead_letter_description
+        return props
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(seq={self.sequence_number}, id={self.message_id!r}, dc={self.delivery_count}, "
+            f"lock={self.lock_token}, state={self.state})"
+        )

@@ -1,0 +1,333 @@
+"""The namespace: entities by path, connections, and the operations clients call.
+
+This is the reference broker's front door. Every operation takes the connection it
+arrives on (locks belong to connections: SETTLE-LOCK-009) and reads the namespace's
+virtual clock. Failures raise ``ServiceBusError``, each with its own tracking id
+(SETTLE-SEND-002).
+
+Where Service Bus may legitimately answer in more than one way, the choice is a
+parameter and the allowed set is a function (``next_available_sessions``); nothing
+here draws a random number.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterable, Sequence
+
+from .clock import VirtualClock
+from .entity import EntityDescription, Entity, Queue, Subscription, Topic
+from .errors import ErrorCode, ServiceBusError
+from .message import Delivery, Message
+from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
+
+DEAD_LETTER_SUFFIX = "/$deadletterqueue"
+SUBSCRIPTIONS = "/subscriptions/"
+
+RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
+
+
+class Namespace:
+    """A Service Bus namespace, as the reference model of the broker."""
+
+    def __init__(self, name: str = "sbconform", clock: VirtualClock | None = None, sku: str = "standard") -> None:
+        self.name = name
+        self.clock = clock if clock is not None else VirtualClock()
+        self.sku = sku
+        self.entities: dict[str, Entity] = {}
+        self._lock_tokens = itertools.count(1).__next__
+        self._connections = itertools.count(1)
+        self.open_connections: set[int] = set()
+        self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given
+
+    # ------------------------------------------------------------ management
+
+    def create_queue(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Queue:
+        d = (description or EntityDescription()).with_changes(**properties).validate("queue")
+        return self._add(Queue(path, d, self._lock_tokens))
+
+    def create_topic(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Topic:
+        d = (description or EntityDescription()).with_changes(**properties).validate("topic")
+        return self._add(Topic(path, d, self._lock_tokens))
+
+    def create_subscription(
+        self, topic_path: str, name: str, description: EntityDescription | None = None, **properties: Any
+    ) -> Subscription:
+        topic = self._entity(topic_path)
+        if not isinstance(topic, Topic):
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
+        d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
+        self._routes.clear()
+        return topic.add_subscription(name, d)
+
+    def _add(self, entity: Entity) -> Any:
+        key = entity.path.lower()
+        if key in self.entities:
+            raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The {entity.kind} '{entity.path}' already exists.")
+        self.entities[key] = entity
+        self._routes.clear()
+        return entity
+
+    def delete(self, path: str) -> None:
+        self._routes.clear()
+        key = path.lower()
+        if SUBSCRIPTIONS in key:
+            topic_path, name = path[: key.index(SUBSCRIPTIONS)], path[key.index(SUBSCRIPTIONS) + len(SUBSCRIPTIONS):]
+            topic = self._entity(topic_path)
+            if not isinstance(topic, Topic):
+                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{topic_path}' is not a topic.")
+            topic.remove_subscription(name)
+            return
+        if self.entities.pop(key, None) is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The entity '{path}' was not found.")
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._resolve(path)
+        except ServiceBusError:
+            return False
+        return True
+
+    def describe(self, path: str) -> EntityDescription:
+        entity, store = self._resolve(path)
+        if isinstance(entity, Topic) and store is not None:
+            return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()].description
+        return entity.description
+
+    def runtime_info(self, path: str) -> dict[str, int]:
+        """Message counts, as Get reports them."""
+        entity, store = self._resolve(path)
+        now = self.clock.now
+        entity.tick(now)
+        stores = [store] if store is not None else entity.stores
+        info = {"active": 0, "deferred": 0, "dead_letter": 0, "scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
+        for s in stores:
+            s.tick(now)
+            s.dead_letter_queue.tick(now)
+            for key, value in s.counts().items():
+                info[key] += value
+        return info
+
+    # ----------------------------------------------------------- connections
+
+    def connect(self) -> int:
+        conn = next(self._connections)
+        self.open_connections.add(conn)
+        return conn
+
+    def drop_connection(self, conn: int) -> None:
+        """SETTLE-LOCK-009: the connection is gone, and every lock it held with it."""
+        self.open_connections.discard(conn)
+        now = self.clock.now
+        for entity in self.entities.values():
+            for store in entity.stores:
+                store.drop_holder(now, conn)
+                store.dead_letter_queue.drop_holder(now, conn)
+
+    # -------------------------------------------------------------- sending
+
+    def send(self, conn: int, path: str, messages: Sequence[Message] | Message) -> list[int | None]:
+        """Send one message or a batch (all or nothing). Returns sequence numbers;
+        ``None`` for a message dropped as a duplicate."""
+        batch = [messages] if isinstance(messages, Message) else list(messages)
+        return self._sending_entity(path).accept(batch, self.clock.now)
+
+    def send_presettled(self, conn: int, path: str, messages: Sequence[Message] | Message) -> None:
+        """SETTLE-SEND-004: a pre-settled transfer; the sender learns nothing, even of a rejection."""
+        try:
+            self.send(conn, path, messages)
+        except ServiceBusError:
+            pass
+
+    def schedule(self, conn: int, path: str, messages: Sequence[Message] | Message, enqueue_time: int) -> list[int]:
+        batch = [messages] if isinstance(messages, Message) else list(messages)
+        return self._sending_entity(path).schedule(batch, enqueue_time, self.clock.now)
+
+    def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
+        self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)
+
+    def _sending_entity(self, path: str) -> Entity:
+        route = self._routes.get(path)
+        entity, store = route if route is not None else self._resolve(path)
+        if store is not None:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Cannot send to '{path}': only queues and topics accept sends.")
+        if isinstance(entity, Topic) or isinstance(entity, Queue):
+            return entity
+        raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Cannot send to '{path}'.")
+
+    # ------------------------------------------------------------ receiving
+
+    def receive(
+        self,
+        conn: int,
+        path: str,
+        max_count: int = 1,
+        mode: str = PEEK_LOCK,
+        session_id: str | None = None,
+    ) -> list[Delivery]:
+        if mode not in RECEIVE_MODES:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown receive mode {mode!r}")
+        if max_count < 1:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"max_count must be at least 1, got {max_count}")
+        return self._receiving_store(path).receive(self.clock.now, conn, max_count, mode, session_id)
+
+    def complete(self, conn: int, path: str, lock_token: int) -> None:
+        self._receiving_store(path).complete(self.clock.now, conn, lock_token)
+
+    def abandon(self, conn: int, path: str, lock_token: int) -> None:
+        self._receiving_store(path).abandon(self.clock.now, conn, lock_token)
+
+    def defer(self, conn: int, path: str, lock_token: int) -> None:
+        self._receiving_store(path).defer(self.clock.now, conn, lock_token)
+
+    def dead_letter(
+        self, conn: int, path: str, lock_token: int, reason: str | None = None, description: str | None = None
+    ) -> None:
+        self._receiving_store(path).dead_letter(self.clock.now, conn, lock_token, reason, description)
+
+    def renew_lock(self, conn: int, path: str, lock_token: int) -> int:
+        return self._receiving_store(path).renew_lock(self.clock.now, conn, lock_token)
+
+    def receive_deferred(
+        self,
+        conn: int,
+        path: str,
+        sequence_numbers: Iterable[int],
+        mode: str = PEEK_LOCK,
+        session_id: str | None = None,
+    ) -> list[Delivery]:
+        return self._receiving_store(path).receive_deferred(self.clock.now, conn, sequence_numbers, mode, session_id)
+
+    def peek(
+        self, path: str, from_sequence_number: int = 1, max_count: int = 1, session_id: str | None = None
+    ) -> list[Delivery]:
+        """SETTLE-PEEK-001..003: browse; on a queue this includes scheduled messages."""
+        entity, store = self._resolve(path)
+        store = self._receiving_store(path)
+        found = store.peek(self.clock.now, from_sequence_number, max_count, session_id)
+        if isinstance(entity, Queue) and not store.is_dead_letter and entity.scheduled:
+            scheduled = [
+                d for d in entity.scheduled_deliveries(from_sequence_number)
+                if session_id is None or d.session_id == session_id
+            ]
+            found = sorted(found + scheduled, key=lambda d: d.sequence_number)[:max_count]
+        return found
+
+    # ------------------------------------------------------------- sessions
+
+    def next_available_sessions(self, path: str) -> list[str]:
+        """The sessions an accept-next-available may lock now (SETTLE-SESS-004)."""
+        return self._session_store(path).available_sessions(self.clock.now)
+
+    def accept_session(self, conn: int, path: str, session_id: str | None = None, choose: Callable[[list[str]], str] | None = None) -> tuple[str, int]:
+        """Lock a named session, or (``session_id=None``) one of the available ones.
+
+        ``choose`` picks among ``next_available_sessions``; by default, the session
+        whose oldest message is oldest. No session available: a timeout, as the SDKs
+        report it.
+        """
+        store = self._session_store(path)
+        now = self.clock.now
+        if session_id is None:
+            allowed = store.available_sessions(now)
+            if not allowed:
+                raise ServiceBusError(ErrorCode.TIMEOUT, f"No unlocked session with messages is available in '{path}'.")
+            session_id = choose(allowed) if choose is not None else allowed[0]
+            if session_id not in allowed:
+                raise ValueError(f"choose() picked {session_id!r}, which is not among the allowed {allowed}")
+        session = store.accept_session(now, conn, session_id)
+        return session.session_id, session.locked_until
+
+    def renew_session_lock(self, conn: int, path: str, session_id: str) -> int:
+        return self._session_store(path).renew_session_lock(self.clock.now, conn, session_id)
+
+    def release_session(self, conn: int, path: str, session_id: str) -> None:
+        self._session_store(path).release_session(self.clock.now, conn, session_id)
+
+    def get_session_state(self, conn: int, path: str, session_id: str) -> bytes | None:
+        return self._session_store(path).get_session_state(self.clock.now, conn, session_id)
+
+    def set_session_state(self, conn: int, path: str, session_id: str, state: bytes | None) -> None:
+        self._session_store(path).set_session_state(self.clock.now, conn, session_id, state)
+
+    def _session_store(self, path: str) -> MessageStore:
+        store = self._receiving_store(path)
+        if not store.requires_session:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                "A sessionful message receiver cannot be created on an entity that does not require sessions.",
+            )
+        return store
+
+    # ----------------------------------------------------------------- time
+
+    def next_due(self) -> int | None:
+        """The next instant at which time alone changes anything (lock expiry,
+        scheduled message, expiry), or ``None``. Targets wait on it."""
+        times = [t for t in (e.next_due() for e in self.entities.values()) if t is not None]
+        return min(times) if times else None
+
+    # ---------------------------------------------------------------- paths
+
+    def _entity(self, path: str) -> Entity:
+        entity = self.entities.get(path.lower())
+        if entity is None:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{self.name}/{path}' could not be found."
+            )
+        return entity
+
+    def _resolve(self, path: str) -> tuple[Entity, MessageStore | None]:
+        """``q``, ``q/$DeadLetterQueue``, ``t/Subscriptions/s`` and ``.../$DeadLetterQueue``.
+
+        Returns the entity and, for anything but a queue or topic itself, the store.
+        """
+        route = self._routes.get(path)
+        if route is None:
+            route = self._routes[path] = self._route(path)
+        return route
+
+    def _route(self, path: str) -> tuple[Entity, MessageStore | None]:
+        key = path.lower().strip("/")
+        dead_letter = key.endswith(DEAD_LETTER_SUFFIX)
+        if dead_letter:
+            key = key[: -len(DEAD_LETTER_SUFFIX)]
+        if SUBSCRIPTIONS in key:
+            topic_key, sub_name = key.split(SUBSCRIPTIONS, 1)
+            topic = self._entity(topic_key)
+            sub = topic.subscriptions.get(sub_name) if isinstance(topic, Topic) else None
+            if sub is None:
+                raise ServiceBusError(
+                    ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{self.name}/{path}' could not be found."
+                )
+            return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
+        entity = self._entity(key)
+        if dead_letter:
+            if not isinstance(entity, Queue):
+                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{path}': topics have no dead-letter queue.")
+            return entity, entity.store.dead_letter_queue
+        return entity, None
+
+    def _receiving_store(self, path: str) -> MessageStore:
+        route = self._routes.get(path)
+        entity, store = route if route is not None else self._resolve(path)
+        now = self.clock.now
+        if entity.schedule_order:
+            entity.tick(now)
+        if store is None:
+            if isinstance(entity, Queue):
+                return entity.store
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION, f"Cannot receive from topic '{path}'; receive from a subscription."
+            )
+        if store.is_dead_letter:
+            parent = self._parent_of(entity, store)
+            parent.tick(now)  # lock expiries there may dead-letter into here
+        return store
+
+    @staticmethod
+    def _parent_of(entity: Entity, dead_letter: MessageStore) -> MessageStore:
+        for store in entity.stores:
+            if store.dead_letter_queue is dead_letter:
+                return store
+        raise AssertionError("dead-letter store without a parent")
