@@ -1,0 +1,250 @@
+"""The pytest plugin: target selection, clause and capability markers, results.
+
+- ``--sb-target NAME`` picks the broker under test (default ``reference``);
+  ``--sb-connection-string`` and ``--sb-option KEY=VALUE`` configure it.
+- Gherkin tags become markers: ``@SETTLE-LOCK-003`` -> ``clauses("SETTLE-LOCK-003")``,
+  ``@needs:sessions`` -> ``needs("sessions")``. Python tests use the same markers.
+- A test that needs a capability the target lacks is skipped, the reason naming both.
+- A scenario that names no clause, or names a clause the catalog does not know, is a
+  collection error: every scenario must trace back to the spec.
+- ``--sb-report-json PATH`` writes every test's clauses, needs and outcome; ``sbconform
+  certify`` turns that into the per-clause report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from reference import ServiceBusError
+from spec import load_catalog
+
+from .targets import Target, make_target, names
+
+CLAUSE_TAG = re.compile(r"^[A-Z]+(?:-[A-Z]+)+-\d{3}$")
+NEEDS_PREFIX = "needs:"
+
+_CATALOG = None
+
+
+def catalog():
+    global _CATALOG
+    if _CATALOG is None:
+        _CATALOG = load_catalog()
+    return _CATALOG
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sbconform", "sbconform conformance kit")
+    group.addoption("--sb-target", default="reference", help=f"target under test (one of: {', '.join(names())})")
+    group.addoption("--sb-connection-string", default=None, help="connection string for targets that need one")
+    group.addoption(
+        "--sb-option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)"
+    )
+    group.addoption("--sb-report-json", default=None, metavar="PATH", help="write per-test clause results here")
+
+
+def target_options(config: pytest.Config) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in config.getoption("--sb-option") or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"--sb-option expects KEY=VALUE, got {item!r}")
+        options[key.strip().replace("-", "_")] = value
+    if config.getoption("--sb-connection-string"):
+        options["connection_string"] = config.getoption("--sb-connection-string")
+    return options
+
+
+class TargetSession:
+    """One per pytest session: knows the target's name and capabilities, makes targets."""
+
+    def __init__(self, name: str, options: dict[str, Any]) -> None:
+        self.name = name
+        self.options = options
+        self._probe: Target | None = None
+
+    @property
+    def probe(self) -> Target:
+        if self._probe is None:
+            self._probe = make_target(self.name, **self.options)
+        return self._probe
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self.probe.capabilities
+
+    def new(self) -> Target:
+        target = make_target(self.name, **self.options)
+        target.open()
+        return target
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clauses(*ids): the spec clauses this test checks")
+    config.addinivalue_line("markers", "needs(*capabilities): target capabilities this test requires")
+    try:
+        config._sb_session = TargetSession(config.getoption("--sb-target"), target_options(config))
+        config._sb_session.capabilities  # fail early on an unknown target
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from error
+    config._sb_results = []
+    config._sb_meta = {}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = getattr(config, "_sb_session", None)
+    if session is not None:
+        session.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_bdd_apply_tag(tag: str, function: Any) -> Any:
+    if CLAUSE_TAG.match(tag):
+        return pytest.mark.clauses(tag)(function)
+    if tag.startswith(NEEDS_PREFIX):
+        return pytest.mark.needs(tag[len(NEEDS_PREFIX):])(function)
+    return None  # other tags: pytest-bdd's default (a marker of that name)
+
+
+def _marker_args(item: pytest.Item, name: str) -> list[str]:
+    out: list[str] = []
+    for mark in item.iter_markers(name):
+        for arg in mark.args:
+            out.extend(arg if isinstance(arg, (list, tuple)) else [arg])
+    return out
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    known = catalog().clauses
+    problems = []
+    for item in items:
+        clauses = sorted(set(_marker_args(item, "clauses")))
+        needs = sorted(set(_marker_args(item, "needs")))
+        is_scenario = hasattr(getattr(item, "obj", None), "__scenario__")
+        for cid in clauses:
+            if cid not in known:
+                problems.append(f"{item.nodeid}: names unknown clause {cid}")
+        for cap in needs:
+            if cap not in catalog().capabilities:
+                problems.append(f"{item.nodeid}: needs unknown capability {cap!r}")
+        if is_scenario and not clauses:
+            problems.append(f"{item.nodeid}: scenario names no clause (tag it like @SETTLE-LOCK-003)")
+        # a clause's own capabilities are needed by every test of it
+        for cid in clauses:
+            if cid in known:
+                needs = sorted(set(needs) | set(known[cid].needs))
+        config._sb_meta[item.nodeid] = {
+            "clauses": clauses,
+            "needs": needs,
+            "kind": "scenario" if is_scenario else "test",
+            "uses_target": "sb_target" in getattr(item, "fixturenames", ()),
+        }
+    if problems:
+        raise pytest.UsageError("sbconform: tests do not trace to the catalog:\n  " + "\n  ".join(problems))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    meta = item.config._sb_meta.get(item.nodeid)
+    if not meta:
+        return
+    sb = item.config._sb_session
+    missing = [cap for cap in meta["needs"] if cap not in sb.capabilities]
+    if missing:
+        pytest.skip(f"target {sb.name!r} lacks capability {', '.join(repr(m) for m in missing)}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+    report = yield
+    meta = item.config._sb_meta.get(item.nodeid)
+    if meta is None:
+        return report
+    outcome = None
+    if report.when == "call":
+        outcome = "xfail" if hasattr(report, "wasxfail") and report.skipped else (
+            "xpass" if hasattr(report, "wasxfail") and report.passed else report.outcome
+        )
+    elif report.failed:
+        outcome = "failed"  # setup or teardown error
+    elif report.skipped and report.when == "setup":
+        outcome = "skipped"
+    if outcome is not None:
+        reason = ""
+        if report.skipped:
+            reason = getattr(report, "wasxfail", "") or _skip_reason(report)
+        elif report.failed:
+            reason = _failure_reason(report)
+        item.config._sb_results.append(
+            {
+                "nodeid": item.nodeid,
+                "name": getattr(getattr(item, "obj", None), "__scenario__", None) and item.obj.__scenario__.name or item.name,
+                "phase": report.when,
+                "outcome": {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),
+                "reason": reason,
+                "duration": round(report.duration, 4),
+                **meta,
+            }
+        )
+    return report
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _failure_reason(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message.splitlines()[0][:500] if crash.message else "failed"
+    return str(report.longrepr).strip().splitlines()[-1][:500] if report.longrepr else "failed"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    path = config.getoption("--sb-report-json")
+    if not path or getattr(config, "workerinput", None) is not None:
+        return
+    sb = config._sb_session
+    data = {
+        "target": sb.probe.describe(),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "exitstatus": int(exitstatus),
+        "tests": config._sb_results,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+
+
+# ------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def sb_session(pytestconfig: pytest.Config) -> TargetSession:
+    """The target under test, as chosen with --sb-target."""
+    return pytestconfig._sb_session
+
+
+@pytest.fixture
+def sb_target(sb_session: TargetSession) -> Iterator[Target]:
+    """A fresh, open target for one test (its own namespace or its own entity names)."""
+    target = sb_session.new()
+    try:
+        yield target
+    finally:
+        target.close()
+
+
+__all__ = ["ServiceBusError", "TargetSession", "catalog"]

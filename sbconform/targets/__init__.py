@@ -1,0 +1,39 @@
+"""Targets: brokers under test, behind one interface (``base.Target``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
+
+#: target name -> factory(**options) -> Target. Heavy targets import lazily.
+_FACTORIES: dict[str, Callable[..., Target]] = {}
+
+
+def register(name: str, factory: Callable[..., Target]) -> None:
+    _FACTORIES[name] = factory
+
+
+def _reference(**options: Any) -> Target:
+    from .reference import ReferenceTarget
+
+    return ReferenceTarget()
+
+
+register("reference", _reference)
+
+
+def names() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+def make_target(name: str, **options: Any) -> Target:
+    """Build the target called ``name`` (see ``names()``) with its options."""
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        raise ValueError(f"unknown target {name!r}; known targets: {', '.join(names())}") from None
+    return factory(**options)
+
+
+__all__ = ["PEEK_LOCK", "RECEIVE_AND_DELETE", "Handle", "Received", "Target", "make_target", "names", "register"]

@@ -1,0 +1,208 @@
+"""The Target interface: what every broker under test must offer the scenarios.
+
+A target is one broker reached one way: the in-process reference model, the reference
+served over AMQP and driven through the azure-servicebus SDK, Microsoft's emulator in a
+container, a real Azure namespace. Scenarios, stateful tests and traces only ever talk
+to this interface, so the same scenario runs everywhere.
+
+Conventions:
+- Times and durations are whole milliseconds. ``now()`` is the target's clock (virtual on
+  the reference, wall time since the target opened elsewhere); ``wait(ms)`` lets time pass.
+- Outgoing messages are ``reference.Message``; what comes back is ``Received``.
+- Every failure is a ``reference.ServiceBusError`` with a code from ``reference.ErrorCode``:
+  targets translate what their broker or SDK raised into that vocabulary.
+- Each sender and receiver has a connection of its own (as the SDK does), so dropping
+  one receiver's connection affects only its locks.
+- A target declares ``capabilities`` (names from spec/vocabulary.toml). Scenarios that
+  need one it lacks are skipped with that reason, never silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from reference import ErrorCode, Message, ServiceBusError
+
+PEEK_LOCK = "peek-lock"
+RECEIVE_AND_DELETE = "receive-and-delete"
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message as a receiver (or a peek) saw it. ``delivery_count`` is the .NET value."""
+
+    message_id: str | None
+    body: bytes
+    sequence_number: int
+    enqueued_time: int | None
+    delivery_count: int | None
+    lock_token: Any = None
+    locked_until: int | None = None
+    expires_at: int | None = None
+    session_id: str | None = None
+    partition_key: str | None = None
+    state: str = "active"  # "active", "deferred" or "scheduled" (x-opt-message-state)
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    dead_letter_source: str | None = None
+    content_type: str | None = None
+    time_to_live: int | None = None
+    scheduled_enqueue_time: int | None = None
+    application_properties: Mapping[str, Any] = field(default_factory=dict)
+    partition: int | None = None  # where observed; None if the target cannot tell
+    raw: Any = field(default=None, compare=False, repr=False)  # the target's own object
+
+
+@dataclass(eq=False)
+class Handle:
+    """A sender or receiver: one link on a connection of its own."""
+
+    kind: str  # "sender" or "receiver"
+    path: str
+    mode: str = PEEK_LOCK
+    session_id: str | None = None
+    id: int = field(default_factory=itertools.count(1).__next__)
+    private: Any = field(default=None, repr=False)
+
+    def __hash__(self) -> int:
+        return self.id
+
+
+class Target(ABC):
+    """The operations a scenario may ask of a broker."""
+
+    name = "abstract"
+    capabilities: frozenset[str] = frozenset()
+    #: how long a receive waits before concluding there is no message
+    empty_wait = 1000
+
+    # -------------------------------------------------------------- lifecycle
+    def open(self) -> None:
+        """Get ready (connect, start a server...). Called once before use."""
+
+    def close(self) -> None:
+        """Release everything. Safe to call twice."""
+
+    def __enter__(self) -> "Target":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def describe(self) -> dict[str, Any]:
+        """What the report says about this target."""
+        return {"name": self.name, "capabilities": sorted(self.capabilities)}
+
+    def require(self, capability: str) -> None:
+        if capability not in self.capabilities:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION, f"target {self.name!r} lacks the capability {capability!r}"
+            )
+
+    # ------------------------------------------------------------- management
+    @abstractmethod
+    def create_queue(self, name: str, **properties: Any) -> str:
+        """Create a queue; returns the path to use (targets may add a unique suffix).
+        ``properties`` are ``reference.EntityDescription`` field names."""
+
+    @abstractmethod
+    def create_topic(self, name: str, **properties: Any) -> str: ...
+
+    @abstractmethod
+    def create_subscription(self, topic_path: str, name: str, **properties: Any) -> str:
+        """Returns the subscription's path, ``<topic>/Subscriptions/<name>``."""
+
+    @abstractmethod
+    def delete_entity(self, path: str) -> None: ...
+
+    @abstractmethod
+    def entity_counts(self, path: str) -> dict[str, int]:
+        """Counts of ``active``, ``deferred``, ``scheduled`` and ``dead_letter`` messages."""
+
+    # ---------------------------------------------------------------- clients
+    @abstractmethod
+    def sender(self, path: str) -> Handle: ...
+
+    @abstractmethod
+    def receiver(self, path: str, mode: str = PEEK_LOCK) -> Handle: ...
+
+    @abstractmethod
+    def accept_session(self, path: str, session_id: str | None = None, mode: str = PEEK_LOCK, max_wait: int | None = None) -> Handle:
+        """A receiver holding the lock on ``session_id``, or on the next available
+        session when it is ``None``; its ``session_id`` says which."""
+
+    @abstractmethod
+    def close_handle(self, handle: Handle) -> None: ...
+
+    def drop_connection(self, handle: Handle) -> None:
+        """Sever the handle's connection abruptly (capability ``drop-connection``).
+        The handle stays usable: its next operation reconnects."""
+        self.require("drop-connection")
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- messaging
+    @abstractmethod
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
+        """Send messages one by one (each its own settled transfer), or as one batch."""
+
+    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
+        """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003)."""
+        self.send(sender, messages)
+
+    def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
+        self.require("presettled-send")
+        raise NotImplementedError
+
+    @abstractmethod
+    def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]: ...
+
+    @abstractmethod
+    def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None: ...
+
+    @abstractmethod
+    def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
+        """Up to ``max_count`` messages; waits at most ``max_wait`` ms (default
+        ``empty_wait``) for the first one, and may return fewer than are available."""
+
+    @abstractmethod
+    def receive_deferred(self, receiver: Handle, sequence_numbers: Sequence[int]) -> list[Received]: ...
+
+    @abstractmethod
+    def peek(self, receiver: Handle, max_count: int = 1, from_sequence_number: int = 1) -> list[Received]: ...
+
+    @abstractmethod
+    def complete(self, receiver: Handle, message: Received) -> None: ...
+
+    @abstractmethod
+    def abandon(self, receiver: Handle, message: Received) -> None: ...
+
+    @abstractmethod
+    def defer(self, receiver: Handle, message: Received) -> None: ...
+
+    @abstractmethod
+    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None) -> None: ...
+
+    @abstractmethod
+    def renew_lock(self, receiver: Handle, message: Received) -> int:
+        """Returns the new locked-until."""
+
+    # --------------------------------------------------------------- sessions
+    @abstractmethod
+    def renew_session_lock(self, receiver: Handle) -> int: ...
+
+    @abstractmethod
+    def get_session_state(self, receiver: Handle) -> bytes | None: ...
+
+    @abstractmethod
+    def set_session_state(self, receiver: Handle, state: bytes | None) -> None: ...
+
+    # ------------------------------------------------------------------- time
+    @abstractmethod
+    def now(self) -> int: ...
+
+    @abstractmethod
+    def wait(self, duration: int) -> None: ...

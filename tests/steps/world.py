@@ -1,0 +1,234 @@
+"""The scenario world: what one scenario has created, sent, received and seen.
+
+Scenarios name things ("queue q", "receiver A", "message m1"); the world maps names to
+the target's paths, handles and received messages. Operations go through ``attempt``,
+which records a ``ServiceBusError`` instead of raising it: the next step must be
+``Then the operation fails with ...``, or the scenario fails (an error nobody asked
+about is never swallowed).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from reference import SECOND, ErrorCode, Message, ServiceBusError
+
+from sbconform.targets import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
+
+QUOTED = re.compile(r'"([^"]*)"')
+
+
+def quoted(text: str) -> list[str]:
+    return QUOTED.findall(text)
+
+
+def seconds(text: str | int) -> int:
+    return int(text) * SECOND
+
+
+# ------------------------------------------------------------------ phrases
+
+_ENTITY_PHRASES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str, Any]]]] = [
+    (re.compile(r"lock duration (\d+) seconds?"), lambda m: {"lock_duration": seconds(m[1])}),
+    (re.compile(r"max delivery count (\d+)"), lambda m: {"max_delivery_count": int(m[1])}),
+    (re.compile(r"dead-lettering on expiration"), lambda m: {"dead_lettering_on_message_expiration": True}),
+    (
+        re.compile(r"duplicate detection window (\d+) seconds?"),
+        lambda m: {"requires_duplicate_detection": True, "duplicate_detection_history_time_window": seconds(m[1])},
+    ),
+    (re.compile(r"sessions"), lambda m: {"requires_session": True}),
+    (re.compile(r"default time to live (\d+) seconds?"), lambda m: {"default_message_time_to_live": seconds(m[1])}),
+    (re.compile(r"max size (\d+) MB"), lambda m: {"max_size_in_megabytes": int(m[1])}),
+]
+
+_MESSAGE_PHRASES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str, Any]]]] = [
+    (re.compile(r"a body of (\d+) bytes(?: each)?"), lambda m: {"body": b"x" * int(m[1])}),
+    (
+        re.compile(r'a property "([^"]+)" of (\d+) characters'),
+        lambda m: {"application_properties": {m[1]: "p" * int(m[2])}},
+    ),
+    (re.compile(r'session "([^"]+)"'), lambda m: {"session_id": m[1]}),
+    (re.compile(r'partition key "([^"]+)"'), lambda m: {"partition_key": m[1]}),
+    (re.compile(r"time to live (\d+) seconds?"), lambda m: {"time_to_live": seconds(m[1])}),
+    (re.compile(r'content type "([^"]+)"'), lambda m: {"content_type": m[1]}),
+]
+
+
+def parse_phrases(text: str, phrases: list, what: str) -> dict[str, Any]:
+    """'lock duration 5 seconds and max delivery count 3' -> field values."""
+    out: dict[str, Any] = {}
+    for part in re.split(r",\s*|\s+and\s+(?=[a-z])", text.strip()):
+        part = part.strip()
+        if not part:
+            continue
+        for pattern, build in phrases:
+            match = pattern.fullmatch(part)
+            if match:
+                out.update(build(match))
+                break
+        else:
+            raise ValueError(f"unknown {what} phrase {part!r} in {text!r}")
+    return out
+
+
+def entity_properties(text: str) -> dict[str, Any]:
+    return parse_phrases(text, _ENTITY_PHRASES, "entity property")
+
+
+def message_attributes(text: str | None) -> dict[str, Any]:
+    return parse_phrases(text, _MESSAGE_PHRASES, "message attribute") if text else {}
+
+
+# -------------------------------------------------------------------- world
+
+
+class World:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.paths: dict[str, str] = {}
+        self.receivers: dict[str, Handle] = {}
+        self.senders: dict[str, Handle] = {}
+        self.peekers: dict[str, Handle] = {}
+        self.got: dict[str, list[Received]] = {}  # receiver -> its last receive
+        self.held: dict[str, dict[str, Received]] = {}  # receiver -> message id -> latest delivery
+        self.received_at: dict[str, int] = {}  # message id -> when it was last received
+        self.sequence_numbers: dict[str, int] = {}  # message id -> last known sequence number
+        self.scheduled: dict[str, int] = {}  # message id -> number returned by scheduling
+        self.renewals: dict[str, tuple[int, int]] = {}  # id or receiver -> (renewed at, locked until)
+        self.peeked: list[Received] = []
+        self.error: ServiceBusError | None = None
+        self.error_checked = True
+
+    # ----------------------------------------------------------- errors
+    def attempt(self, operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.require_no_pending_error()
+        try:
+            return operation(*args, **kwargs)
+        except ServiceBusError as error:
+            self.error = error
+            self.error_checked = False
+            return None
+
+    def require_no_pending_error(self) -> None:
+        if not self.error_checked:
+            raise AssertionError(f"an earlier step failed unexpectedly: {self.error}")
+
+    def take_error(self) -> ServiceBusError:
+        if self.error is None or self.error_checked:
+            raise AssertionError("the operation was expected to fail, but it succeeded")
+        self.error_checked = True
+        return self.error
+
+    # ------------------------------------------------------------ names
+    def path(self, ref: str) -> str:
+        """'q', 'q/$DeadLetterQueue', 't/Subscriptions/s1' -> the target's path."""
+        head, sep, rest = ref.partition("/")
+        if head not in self.paths:
+            raise AssertionError(f"the scenario never created an entity named {head!r}")
+        return self.paths[head] + sep + rest
+
+    def sender(self, ref: str) -> Handle:
+        path = self.path(ref)
+        if path not in self.senders:
+            self.senders[path] = self.target.sender(path)
+        return self.senders[path]
+
+    def receiver(self, name: str, ref: str | None = None, mode: str = PEEK_LOCK) -> Handle:
+        if ref is not None and name not in self.receivers:
+            self.receivers[name] = self.target.receiver(self.path(ref), mode)
+        if name not in self.receivers:
+            raise AssertionError(f"receiver {name!r} was never opened (say 'receiver \"{name}\" on \"<entity>\"')")
+        return self.receivers[name]
+
+    def peeker(self, ref: str) -> Handle:
+        path = self.path(ref)
+        if path not in self.peekers:
+            self.peekers[path] = self.target.receiver(path)
+        return self.peekers[path]
+
+    def message(self, receiver: str, message_id: str) -> Received:
+        try:
+            return self.held[receiver][message_id]
+        except KeyError:
+            raise AssertionError(f"receiver {receiver!r} never received {message_id!r}") from None
+
+    # ------------------------------------------------------------ actions
+    def record(self, receiver: str, messages: list[Received]) -> None:
+        now = self.target.now()
+        self.got[receiver] = messages
+        held = self.held.setdefault(receiver, {})
+        for m in messages:
+            held[m.message_id] = m
+            self.received_at[m.message_id] = now
+            self.sequence_numbers[m.message_id] = m.sequence_number
+
+    def receive(self, name: str, count: int, wait: int | None = None) -> None:
+        """Receive until ``count`` messages arrived or a receive came back empty."""
+        handle = self.receiver(name)
+        out: list[Received] = []
+        first = True
+        while len(out) < count:
+            batch = self.attempt(self.target.receive, handle, count - len(out), wait if first else None)
+            if batch is None:  # failed: the error is pending
+                return
+            first = False
+            if not batch:
+                break
+            out.extend(batch)
+        self.record(name, out)
+
+    def peek_all(self, ref: str, max_count: int = 250) -> list[Received]:
+        self.require_no_pending_error()
+        found = self.target.peek(self.peeker(ref), max_count, 1)
+        for m in found:
+            self.sequence_numbers.setdefault(m.message_id, m.sequence_number)
+        return found
+
+    def sequence_of(self, message_id: str, ref: str) -> int:
+        if message_id not in self.sequence_numbers:
+            self.peek_all(ref)
+        if message_id not in self.sequence_numbers:
+            raise AssertionError(f"no sequence number known for {message_id!r}")
+        return self.sequence_numbers[message_id]
+
+    def build(self, message_id: str, attributes: dict[str, Any]) -> Message:
+        return Message(**{"body": message_id.encode(), **attributes, "message_id": message_id})
+
+    def settle(self, receiver: str, op: str, message: Received, reason: str | None = None, description: str | None = None) -> None:
+        handle = self.receiver(receiver)
+        t = self.target
+        if op == "completes":
+            self.attempt(t.complete, handle, message)
+        elif op == "abandons":
+            self.attempt(t.abandon, handle, message)
+        elif op == "defers":
+            self.attempt(t.defer, handle, message)
+        elif op == "dead-letters":
+            self.attempt(t.dead_letter, handle, message, reason, description)
+        elif op == "renews the lock on":
+            renewed_at = t.now()
+            until = self.attempt(t.renew_lock, handle, message)
+            if until is not None:
+                self.renewals[message.message_id] = (renewed_at, until)
+        else:
+            raise ValueError(f"unknown settlement {op!r}")
+
+    def close(self) -> None:
+        for handle in [*self.receivers.values(), *self.senders.values(), *self.peekers.values()]:
+            try:
+                self.target.close_handle(handle)
+            except ServiceBusError:
+                pass
+
+
+__all__ = [
+    "ErrorCode",
+    "PEEK_LOCK",
+    "RECEIVE_AND_DELETE",
+    "World",
+    "entity_properties",
+    "message_attributes",
+    "quoted",
+    "seconds",
+]
