@@ -248,9 +248,10 @@ class Entity:
         """The next instant at which time alone changes this entity, if any."""
         times = [t for t, seq in self.schedule_order if seq in self.scheduled][:1]
         for store in self.stores:
-            t = store.next_due()
-            if t is not None:
-                times.append(t)
+            for s in (store, store.dead_letter_queue):
+                t = s.next_due()
+                if t is not None:
+                    times.append(t)
         return min(times) if times else None
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:

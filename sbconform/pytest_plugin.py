@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from reference import ServiceBusError
-from spec import load_catalog
+from spec import CatalogError, load_catalog
 
 from .targets import Target, make_target, names
 
@@ -35,7 +35,10 @@ _CATALOG = None
 def catalog():
     global _CATALOG
     if _CATALOG is None:
-        _CATALOG = load_catalog()
+        try:
+            _CATALOG = load_catalog()
+        except CatalogError as error:
+            raise pytest.UsageError(str(error)) from None
     return _CATALOG
 
 
@@ -124,13 +127,35 @@ def _marker_args(item: pytest.Item, name: str) -> list[str]:
     return out
 
 
+def _scenario_of(item: pytest.Item) -> str | None:
+    """'Feature: Scenario [example]  (features/x.feature:12)' for pytest-bdd items, else None."""
+    try:
+        from pytest_bdd.scenario import scenario_wrapper_template_registry as registry
+    except ImportError:  # pragma: no cover - older or newer pytest-bdd
+        registry = {}
+    template = registry.get(getattr(item, "obj", None))
+    if template is None:
+        return item.name if "_pytest_bdd_example" in getattr(item, "fixturenames", ()) else None
+    name = template.name
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        name += f" [{callspec.id}]"
+    feature = template.feature
+    try:
+        where = str(Path(feature.filename).resolve().relative_to(Path(str(item.config.rootpath)).resolve()))
+    except ValueError:
+        where = feature.filename
+    return f"{feature.name}: {name} ({where}:{template.line_number})"
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     known = catalog().clauses
     problems = []
     for item in items:
         clauses = sorted(set(_marker_args(item, "clauses")))
         needs = sorted(set(_marker_args(item, "needs")))
-        is_scenario = hasattr(getattr(item, "obj", None), "__scenario__")
+        scenario = _scenario_of(item)
+        is_scenario = scenario is not None
         for cid in clauses:
             if cid not in known:
                 problems.append(f"{item.nodeid}: names unknown clause {cid}")
@@ -144,6 +169,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if cid in known:
                 needs = sorted(set(needs) | set(known[cid].needs))
         config._sb_meta[item.nodeid] = {
+            "title": scenario or item.nodeid,
             "clauses": clauses,
             "needs": needs,
             "kind": "scenario" if is_scenario else "test",
@@ -187,7 +213,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         item.config._sb_results.append(
             {
                 "nodeid": item.nodeid,
-                "name": getattr(getattr(item, "obj", None), "__scenario__", None) and item.obj.__scenario__.name or item.name,
+                "name": meta["title"],
                 "phase": report.when,
                 "outcome": {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),
                 "reason": reason,

@@ -7,6 +7,7 @@ import os
 from hypothesis import HealthCheck, settings
 
 from steps.common import *  # noqa: F401,F403  (step definitions and the `world` fixture)
+import mutants  # noqa: F401,E402  (registers the deliberately broken targets)
 
 settings.register_profile(
     "ci",

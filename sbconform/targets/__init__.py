@@ -14,10 +14,20 @@ def register(name: str, factory: Callable[..., Target]) -> None:
     _FACTORIES[name] = factory
 
 
-def _reference(**options: Any) -> Target:
+def _reference(without: str = "", **options: Any) -> Target:
+    """The model in process. ``without=a,b`` drops capabilities, to see what a target
+    lacking them would be spared (those scenarios are skipped, with the reason)."""
     from .reference import ReferenceTarget
 
-    return ReferenceTarget()
+    if options:
+        raise ValueError(f"the reference target takes no options {sorted(options)} (only without=...)")
+    target = ReferenceTarget()
+    dropped = {c.strip() for c in without.split(",") if c.strip()}
+    unknown = dropped - target.capabilities
+    if unknown:
+        raise ValueError(f"without={without!r}: the reference target has no capability {sorted(unknown)}")
+    target.capabilities = target.capabilities - dropped
+    return target
 
 
 register("reference", _reference)

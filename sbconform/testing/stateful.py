@@ -1,0 +1,272 @@
+"""A differential state machine: any Target, in lockstep with the reference model.
+
+``differential_machine(make_target)`` returns a Hypothesis ``RuleBasedStateMachine``
+class. Each step performs one operation on the target under test and the same
+operation on a shadow ``reference.Namespace``, and accepts the target's outcome only if
+the model allows it:
+
+- a receive may return fewer messages than asked (SDKs do), but what it returns must be
+  exactly the model's next messages, in order, with the model's delivery counts;
+- a settlement, renewal or deferred receive must succeed where the model succeeds and
+  fail with the same error code where the model fails;
+- peeks must show the same messages, in the same order, in the same states.
+
+Time passes through the target. Targets on real time declare ``clock_tolerance``
+(ms); the machine then never lets time stop within that distance of an instant where
+the model's answer would change (a lock expiring), so outcomes stay decidable.
+
+Rules are gated by the target's capabilities (dropping connections needs
+``drop-connection``). Ship it to an outside implementation with::
+
+    Machine = differential_machine(lambda: MyTarget(...))
+    TestMyTarget = Machine.TestCase
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from reference import PEEK_LOCK, RECEIVE_AND_DELETE, SECOND, ErrorCode, Message, Namespace, ServiceBusError
+
+from ..targets import Handle, Received, Target
+
+_names = itertools.count(1)
+
+
+@dataclass
+class Pair:
+    """One delivery, as the target and the model each know it."""
+
+    message_id: str
+    target_message: Received
+    model_token: int
+    receiver: int
+    dead_letter: bool
+
+
+class Divergence(AssertionError):
+    """The target did something the model does not allow."""
+
+
+def _outcome(operation: Callable[[], object]) -> tuple[object, ErrorCode | None]:
+    try:
+        return operation(), None
+    except ServiceBusError as error:
+        return None, error.code
+
+
+def differential_machine(make_target: Callable[[], Target], receivers: int = 3) -> type[RuleBasedStateMachine]:
+    """Build the machine class for targets made by ``make_target``."""
+
+    class Differential(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.target = make_target()
+            self.target.open()
+            self.capabilities = self.target.capabilities
+            self.tolerance = getattr(self.target, "clock_tolerance", 0)
+            self.model = Namespace()
+            self.t0 = self.target.now()
+            self.pairs: list[Pair] = []
+            self.counter = 0
+
+        def teardown(self) -> None:
+            try:
+                for handle in [self.sender, *self.receivers, self.dead_letter_receiver]:
+                    self.target.close_handle(handle)
+                self.target.delete_entity(self.path)
+            except (AttributeError, ServiceBusError):
+                pass
+            finally:
+                self.target.close()
+
+        # --------------------------------------------------------------- set-up
+        @initialize(lock_seconds=st.integers(2, 6), max_delivery_count=st.integers(1, 4))
+        def create_queue(self, lock_seconds: int, max_delivery_count: int) -> None:
+            props = dict(lock_duration=lock_seconds * SECOND, max_delivery_count=max_delivery_count)
+            self.path = self.target.create_queue(f"diff{next(_names)}", **props)
+            self.model.create_queue("q", **props)
+            self.lock_duration = lock_seconds * SECOND
+            self.sender = self.target.sender(self.path)
+            self.model_sender = self.model.connect()
+            self.receivers: list[Handle] = [self.target.receiver(self.path) for _ in range(receivers)]
+            self.model_receivers = [self.model.connect() for _ in range(receivers)]
+            self.dead_letter_receiver = self.target.receiver(self.path + "/$DeadLetterQueue")
+            self.model_dead_letter_receiver = self.model.connect()
+            self.rad = self.target.receiver(self.path, RECEIVE_AND_DELETE)
+            self.model_rad = self.model.connect()
+
+        # ---------------------------------------------------------------- time
+        def _sync(self) -> None:
+            """Bring the model's clock to the target's."""
+            self.model.clock.advance_to(self.target.now() - self.t0)
+
+        def _safe_delay(self, wanted: int) -> int:
+            """A delay near ``wanted`` that does not end within the tolerance of a deadline."""
+            if self.tolerance <= 0:
+                return wanted
+            now = self.model.clock.now
+            deadlines = sorted(
+                lock.locked_until
+                for entity in self.model.entities.values()
+                for store in entity.stores
+                for lock in [*store.locks.values(), *store.dead_letter_queue.locks.values()]
+            )
+            end = now + wanted
+            for deadline in deadlines:
+                if abs(deadline - end) <= 2 * self.tolerance:
+                    end = deadline + 2 * self.tolerance + 1
+            return end - now
+
+        # --------------------------------------------------------------- rules
+        @precondition(lambda self: hasattr(self, "path"))
+        @rule(count=st.integers(1, 3), batch=st.booleans())
+        def send(self, count: int, batch: bool) -> None:
+            messages = []
+            for _ in range(count):
+                self.counter += 1
+                messages.append(Message(f"body {self.counter}".encode(), message_id=f"m{self.counter}"))
+            self._sync()
+
+            def model_send() -> None:
+                for part in [messages] if batch else [[m] for m in messages]:
+                    self.model.send(self.model_sender, "q", part)
+
+            _, error = _outcome(lambda: self.target.send(self.sender, messages, batch=batch))
+            _, expected = _outcome(model_send)
+            if error != expected:
+                raise Divergence(f"send: target answered {error}, the model {expected}")
+
+        @precondition(lambda self: hasattr(self, "path"))
+        @rule(index=st.integers(0, 2), count=st.integers(1, 3), dead_letter=st.booleans())
+        def receive(self, index: int, count: int, dead_letter: bool) -> None:
+            index %= len(self.receivers)
+            handle = self.dead_letter_receiver if dead_letter else self.receivers[index]
+            conn = self.model_dead_letter_receiver if dead_letter else self.model_receivers[index]
+            path = "q/$DeadLetterQueue" if dead_letter else "q"
+            got = self.target.receive(handle, count, max_wait=self.target.empty_wait)
+            self._sync()
+            available = [d for d in self.model.peek(path, 1, 10_000) if str(d.state) == "active"]
+            if not got and available:
+                raise Divergence(f"receive returned nothing; the model has {[d.message_id for d in available[:count]]}")
+            expected = self.model.receive(conn, path, len(got), PEEK_LOCK) if got else []
+            if [m.message_id for m in got] != [d.message_id for d in expected]:
+                raise Divergence(
+                    f"receive returned {[m.message_id for m in got]}, the model allows {[d.message_id for d in expected]}"
+                )
+            for t, m in zip(got, expected):
+                if t.delivery_count != m.delivery_count:
+                    raise Divergence(f"{t.message_id}: delivery count {t.delivery_count}, the model says {m.delivery_count}")
+                self.pairs.append(Pair(t.message_id, t, m.lock_token, -1 if dead_letter else index, dead_letter))
+
+        @precondition(lambda self: hasattr(self, "path"))
+        @rule(count=st.integers(1, 3))
+        def receive_and_delete(self, count: int) -> None:
+            got = self.target.receive(self.rad, count, max_wait=self.target.empty_wait)
+            self._sync()
+            if not got and any(str(d.state) == "active" for d in self.model.peek("q", 1, 10_000)):
+                raise Divergence("receive-and-delete returned nothing while messages were available")
+            expected = self.model.receive(self.model_rad, "q", len(got), RECEIVE_AND_DELETE) if got else []
+            if [m.message_id for m in got] != [d.message_id for d in expected]:
+                raise Divergence(f"receive-and-delete returned {[m.message_id for m in got]}, the model allows {[d.message_id for d in expected]}")
+
+        @precondition(lambda self: getattr(self, "pairs", None))
+        @rule(data=st.data(), op=st.sampled_from(["complete", "abandon", "defer", "dead-letter", "renew"]), other=st.booleans())
+        def settle(self, data: st.DataObject, op: str, other: bool) -> None:
+            pair = data.draw(st.sampled_from(self.pairs))
+            if pair.dead_letter:
+                handle, conn, path = self.dead_letter_receiver, self.model_dead_letter_receiver, "q/$DeadLetterQueue"
+            else:
+                index = (pair.receiver + (1 if other else 0)) % len(self.receivers)
+                handle, conn, path = self.receivers[index], self.model_receivers[index], "q"
+            t, m = self.target, self.model
+            actions = {
+                "complete": (lambda: t.complete(handle, pair.target_message), lambda: m.complete(conn, path, pair.model_token)),
+                "abandon": (lambda: t.abandon(handle, pair.target_message), lambda: m.abandon(conn, path, pair.model_token)),
+                "defer": (lambda: t.defer(handle, pair.target_message), lambda: m.defer(conn, path, pair.model_token)),
+                "dead-letter": (
+                    lambda: t.dead_letter(handle, pair.target_message, "diff", "differential"),
+                    lambda: m.dead_letter(conn, path, pair.model_token, "diff", "differential"),
+                ),
+                "renew": (lambda: t.renew_lock(handle, pair.target_message), lambda: m.renew_lock(conn, path, pair.model_token)),
+            }
+            on_target, on_model = actions[op]
+            got, error = _outcome(on_target)
+            self._sync()
+            want, expected = _outcome(on_model)
+            if error != expected:
+                raise Divergence(f"{op} of {pair.message_id}: target answered {error or 'ok'}, the model {expected or 'ok'}")
+            if op == "renew" and error is None and abs((got - self.t0) - want) > self.tolerance:
+                raise Divergence(f"renew of {pair.message_id}: locked until {got - self.t0}, the model says {want}")
+
+        @precondition(lambda self: hasattr(self, "path"))
+        @rule(data=st.data(), index=st.integers(0, 2))
+        def receive_deferred(self, data: st.DataObject, index: int) -> None:
+            deferred = [d for d in self.model.peek("q", 1, 10_000) if str(d.state) == "deferred"]
+            known = {p.message_id: p.target_message.sequence_number for p in self.pairs if not p.dead_letter}
+            candidates = [d.message_id for d in deferred if d.message_id in known] + ["not-deferred"]
+            choice = data.draw(st.sampled_from(candidates))
+            index %= len(self.receivers)
+            if choice == "not-deferred":
+                target_seq = model_seq = None
+                live = [p for p in self.pairs if not p.dead_letter]
+                if not live:
+                    return
+                target_seq = live[-1].target_message.sequence_number
+                model_seq = next((d.sequence_number for d in self.model.peek("q", 1, 10_000) if d.message_id == live[-1].message_id), -1)
+                if any(d.message_id == live[-1].message_id for d in deferred):
+                    return
+            else:
+                target_seq = known[choice]
+                model_seq = next(d.sequence_number for d in deferred if d.message_id == choice)
+            got, error = _outcome(lambda: self.target.receive_deferred(self.receivers[index], [target_seq]))
+            self._sync()
+            want, expected = _outcome(lambda: self.model.receive_deferred(self.model_receivers[index], "q", [model_seq]))
+            if error != expected:
+                raise Divergence(f"receive deferred {choice}: target answered {error or 'ok'}, the model {expected or 'ok'}")
+            if error is None:
+                for t, m in zip(got, want):
+                    if t.message_id != m.message_id or t.delivery_count != m.delivery_count:
+                        raise Divergence(f"receive deferred returned {t.message_id}/{t.delivery_count}, the model {m.message_id}/{m.delivery_count}")
+                    self.pairs.append(Pair(t.message_id, t, m.lock_token, index, False))
+
+        @precondition(lambda self: hasattr(self, "path"))
+        @rule(seconds=st.integers(0, 8))
+        def time_passes(self, seconds: int) -> None:
+            self._sync()
+            delay = self._safe_delay(seconds * SECOND)
+            self.target.wait(delay)
+            self.model.clock.advance(delay)
+            self._sync()
+
+        @precondition(lambda self: hasattr(self, "path") and "drop-connection" in self.capabilities)
+        @rule(index=st.integers(0, 2))
+        def drop_connection(self, index: int) -> None:
+            index %= len(self.receivers)
+            self.target.drop_connection(self.receivers[index])
+            self._sync()
+            self.model.drop_connection(self.model_receivers[index])
+            self.model_receivers[index] = self.model.connect()
+
+        # ------------------------------------------------------------ invariant
+        @invariant()
+        def same_messages_in_the_same_states(self) -> None:
+            if not hasattr(self, "path"):
+                return
+            for path, handle in (("q", self.receivers[0]), ("q/$DeadLetterQueue", self.dead_letter_receiver)):
+                seen = [(m.message_id, m.state, m.delivery_count) for m in self.target.peek(handle, 250, 1)]
+                self._sync()
+                want = [
+                    (d.message_id, "deferred" if str(d.state) == "deferred" else "active", d.delivery_count)
+                    for d in self.model.peek(path, 1, 250)
+                ]
+                if seen != want:
+                    raise Divergence(f"peek {path}: target shows {seen}, the model {want}")
+
+    Differential.__name__ = Differential.__qualname__ = "Differential"
+    return Differential

@@ -1,0 +1,88 @@
+"""Deliberately broken targets. The kit must catch every one of them.
+
+Each mutant is the reference target with one documented behaviour broken, the way a
+real broker or emulator might get it wrong. ``tests/test_mutants.py`` runs the
+differential machine and the features against each and requires a failure: a check
+that cannot fail on these is not checking anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reference import ErrorCode, ServiceBusError
+
+from sbconform.targets import register
+from sbconform.targets.reference import ReferenceTarget
+
+
+class DeliveryCountAlwaysOne(ReferenceTarget):
+    """Reports every delivery as the first (SETTLE-LOCK-010)."""
+
+    name = "mutant-delivery-count"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        return [replace(m, delivery_count=1) for m in super().receive(receiver, max_count, max_wait)]
+
+
+class CompleteIgnored(ReferenceTarget):
+    """Acknowledges complete but keeps the message (SETTLE-COMP-001)."""
+
+    name = "mutant-complete-ignored"
+
+    def complete(self, receiver, message):
+        self.namespace.renew_lock(receiver.private, receiver.path, self._token(message))
+
+
+class AnyoneMaySettle(ReferenceTarget):
+    """Lets any receiver settle a lock it does not hold (SETTLE-LOCK-011)."""
+
+    name = "mutant-anyone-settles"
+
+    def _holder(self, receiver, message):
+        store = self.namespace._receiving_store(receiver.path)
+        lock = store.locks.get(message.lock_token)
+        return lock.holder if lock is not None else receiver.private
+
+    def complete(self, receiver, message):
+        self.namespace.complete(self._holder(receiver, message), receiver.path, self._token(message))
+
+    def abandon(self, receiver, message):
+        self.namespace.abandon(self._holder(receiver, message), receiver.path, self._token(message))
+
+
+class ExpiredLockSettles(ReferenceTarget):
+    """Claims success when completing a lost lock (SETTLE-LOCK-008)."""
+
+    name = "mutant-expired-lock-settles"
+
+    def complete(self, receiver, message):
+        try:
+            super().complete(receiver, message)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.MESSAGE_LOCK_LOST:
+                raise
+
+
+class DeferLosesMessage(ReferenceTarget):
+    """Defer deletes the message (SETTLE-DEFR-001)."""
+
+    name = "mutant-defer-loses"
+
+    def defer(self, receiver, message):
+        self.namespace.complete(receiver.private, receiver.path, self._token(message))
+
+
+class AbandonWaitsForExpiry(ReferenceTarget):
+    """Abandon does nothing; the message only comes back when the lock expires (SETTLE-ABAN-001)."""
+
+    name = "mutant-abandon-waits"
+
+    def abandon(self, receiver, message):
+        self._token(message)
+
+
+MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, AnyoneMaySettle, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry]
+
+for _mutant in MUTANTS:
+    register(_mutant.name, lambda _cls=_mutant, **options: _cls())

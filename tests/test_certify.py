@@ -1,0 +1,49 @@
+"""End to end: the CLI certifies a target, writes its report, and grades it honestly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def sbconform(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sbconform.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_certify_writes_a_passing_report(tmp_path: Path) -> None:
+    run = sbconform("certify", "--target", "reference", "--report-dir", str(tmp_path), "--", "tests/test_features.py", "-k", "deferred")
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["target"]["name"] == "reference"
+    assert report["clauses"]["SETTLE-DEFR-001"]["status"] == "pass"
+    assert report["clauses"]["SETTLE-DEFR-001"]["scenarios"][0]["name"].startswith("Deferral: ")
+    assert report["summary"]["certified"] is True
+    assert "CERTIFIED" in (tmp_path / "report.md").read_text()
+
+
+def test_certify_fails_a_broken_target(tmp_path: Path) -> None:
+    run = sbconform("certify", "--target", "mutant-complete-ignored", "--report-dir", str(tmp_path), "--",
+                    "tests/test_features.py", "-k", "gone_for_good")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["clauses"]["SETTLE-COMP-001"]["status"] == "fail"
+    assert report["summary"]["certified"] is False
+
+
+def test_scenarios_a_target_cannot_run_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    run = sbconform("certify", "--target", "reference", "--option", "without=sessions", "--report-dir", str(tmp_path),
+                    "--", "tests/test_features.py", "-k", "session")
+    assert run.returncode == 0, run.stdout + run.stderr
+    clause = json.loads((tmp_path / "report.json").read_text())["clauses"]["SETTLE-SESS-002"]
+    assert clause["status"] == "skip"
+    assert "lacks capability 'sessions'" in clause["reason"]
+
+
+def test_an_unknown_target_is_a_clear_error(tmp_path: Path) -> None:
+    run = sbconform("certify", "--target", "nonesuch", "--report-dir", str(tmp_path))
+    assert run.returncode == 2
+    assert "unknown target 'nonesuch'" in run.stdout + run.stderr

@@ -1,0 +1,20 @@
+"""The differential machine: the target under test against the reference model."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis.stateful import run_state_machine_as_test
+
+from sbconform.testing.stateful import differential_machine
+
+
+@pytest.mark.clauses(
+    "SETTLE-SEND-001", "SETTLE-RECV-001", "SETTLE-RECV-002", "SETTLE-LOCK-001", "SETTLE-LOCK-003",
+    "SETTLE-LOCK-004", "SETTLE-LOCK-005", "SETTLE-LOCK-007", "SETTLE-LOCK-008", "SETTLE-LOCK-009",
+    "SETTLE-LOCK-010", "SETTLE-LOCK-011", "SETTLE-COMP-001", "SETTLE-COMP-002", "SETTLE-ABAN-001",
+    "SETTLE-DLQ-001", "SETTLE-DLQ-002", "SETTLE-DLQ-004", "SETTLE-DEFR-001", "SETTLE-DEFR-002",
+    "SETTLE-DEFR-003", "SETTLE-PEEK-001",
+)
+def test_target_agrees_with_the_model(sb_session, sb_target) -> None:
+    """Every outcome the target gives is one the model allows (sb_target proves it opens)."""
+    run_state_machine_as_test(differential_machine(sb_session.new))
