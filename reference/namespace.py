@@ -39,6 +39,7 @@ class Namespace:
         self._connections = itertools.count(1)
         self.open_connections: set[int] = set()
         self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given
+        self.faults: dict[str, ServiceBusError] = {}  # entity key -> the error it answers with
 
     # ------------------------------------------------------------ management
 
@@ -277,6 +278,26 @@ class Namespace:
             )
         return entity
 
+    # --------------------------------------------------------------- faults
+
+    def make_unavailable(self, path: str, code: ErrorCode = ErrorCode.ENTITY_UNAVAILABLE, transient: bool | None = None) -> None:
+        """Fault injection: every operation on the entity (and its subqueues and
+        subscriptions) fails with ``code`` until ``make_available``. What it holds is kept."""
+        entity = self._entity(path)
+        self.faults[entity.path.lower()] = ServiceBusError(
+            code, f"The messaging entity '{self.name}/{entity.path}' is unavailable (injected fault).", transient=transient
+        )
+        self._routes.clear()
+
+    def make_available(self, path: str) -> None:
+        self.faults.pop(self._entity(path).path.lower(), None)
+        self._routes.clear()
+
+    def _check_fault(self, entity: Entity) -> None:
+        fault = self.faults.get(entity.path.lower())
+        if fault is not None:
+            raise ServiceBusError(fault.code, fault.text, transient=fault.transient)
+
     def _resolve(self, path: str) -> tuple[Entity, MessageStore | None]:
         """``q``, ``q/$DeadLetterQueue``, ``t/Subscriptions/s`` and ``.../$DeadLetterQueue``.
 
@@ -284,7 +305,11 @@ class Namespace:
         """
         route = self._routes.get(path)
         if route is None:
-            route = self._routes[path] = self._route(path)
+            route = self._route(path)
+            if self.faults:
+                self._check_fault(route[0])  # a faulted entity is never cached
+            else:
+                self._routes[path] = route
         return route
 
     def _route(self, path: str) -> tuple[Entity, MessageStore | None]:

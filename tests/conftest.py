@@ -1,13 +1,23 @@
-"""Test configuration: Hypothesis profiles and the shared BDD steps."""
+"""Test configuration: Hypothesis profiles, the BDD steps, the mutant targets.
+
+Every module in ``tests/steps/`` is loaded here, so its step definitions reach every
+feature: a new area adds a step module, nothing else.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 
 from hypothesis import HealthCheck, settings
 
-from steps.common import *  # noqa: F401,F403  (step definitions and the `world` fixture)
-import mutants  # noqa: F401,E402  (registers the deliberately broken targets)
+import mutants  # noqa: F401  (registers the deliberately broken targets)
+import steps
+
+for _info in pkgutil.iter_modules(steps.__path__):
+    _module = importlib.import_module(f"steps.{_info.name}")
+    globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__")})
 
 settings.register_profile(
     "ci",

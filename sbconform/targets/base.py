@@ -144,6 +144,17 @@ class Target(ABC):
         self.require("drop-connection")
         raise NotImplementedError
 
+    # ---------------------------------------------------------- fault injection
+    def make_unavailable(self, path: str, code: str = "entity-unavailable", transient: bool | None = None) -> None:
+        """Capability ``entity-outage``: every operation on the entity fails with ``code``
+        (an ``ErrorCode`` value) until ``make_available``; what it holds is kept."""
+        self.require("entity-outage")
+        raise NotImplementedError
+
+    def make_available(self, path: str) -> None:
+        self.require("entity-outage")
+        raise NotImplementedError
+
     # -------------------------------------------------------------- messaging
     @abstractmethod
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:

@@ -42,6 +42,7 @@ CAPABILITIES = frozenset(
         "virtual-time",
         "entity-management",
         "model-internals",
+        "entity-outage",
     }
 )
 
@@ -136,6 +137,13 @@ class ReferenceTarget(Target):
     def drop_connection(self, handle: Handle) -> None:
         self.namespace.drop_connection(handle.private)
         handle.private = self.namespace.connect()  # the client reconnects on its next use
+
+    # ---------------------------------------------------------- fault injection
+    def make_unavailable(self, path: str, code: str = "entity-unavailable", transient: bool | None = None) -> None:
+        self.namespace.make_unavailable(path, ErrorCode(code), transient)
+
+    def make_available(self, path: str) -> None:
+        self.namespace.make_available(path)
 
     # -------------------------------------------------------------- messaging
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:

@@ -1,0 +1,32 @@
+"""sbconform certify: run the kit against a target and write report.json / report.md."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..certify import certify
+
+    return certify(
+        args.target,
+        Path(args.report_dir),
+        options=args.option,
+        connection_string=args.connection_string,
+        expectations=Path(args.expectations) if args.expectations else None,
+        hypothesis_profile=args.hypothesis_profile,
+        pytest_args=args.pytest_args,
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("certify", help="run the kit against a target and write report.json / report.md")
+    p.add_argument("--target", default="reference", help="target name (see `sbconform targets`)")
+    p.add_argument("--report-dir", required=True, help="where to write report.json and report.md")
+    p.add_argument("--connection-string", default=None)
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)")
+    p.add_argument("--expectations", default=None, help="TOML file of clauses expected to fail or skip on this target")
+    p.add_argument("--hypothesis-profile", default="ci", help="Hypothesis profile for the stateful tests (ci: 200 examples)")
+    p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    p.set_defaults(func=run)

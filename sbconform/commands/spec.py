@@ -1,0 +1,34 @@
+"""sbconform spec: check clause coverage, or list clauses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def run(args: argparse.Namespace) -> int:
+    from spec import CatalogError, load_catalog
+
+    from ..coverage import check
+
+    try:
+        catalog = load_catalog()
+    except CatalogError as error:
+        print(error, file=sys.stderr)
+        return 1
+    if args.action == "list":
+        for clause in catalog.clauses.values():
+            if args.area and clause.area != args.area:
+                continue
+            print(f"{clause.id:<18} {clause.level:<6} {clause.text}")
+        return 0
+    coverage = check(catalog=catalog)
+    print(coverage.summary())
+    return 1 if coverage.failures() else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("spec", help="the clause catalog: check coverage, or list clauses")
+    p.add_argument("action", choices=["check", "list"], nargs="?", default="check")
+    p.add_argument("--area", default=None)
+    p.set_defaults(func=run)
