@@ -10,8 +10,11 @@ duplicate detection hooks, sessions, dead-lettering, time.
 
 The same cycle written inline with no calls at all is printed too, for reference.
 
+The same cycle on a partitioned queue (16 partitions, unkeyed messages: round-robin
+sends, round-robin receives) is measured against the same bare baseline.
+
 Usage: python benchmarks/model_cycle.py [--cycles N] [--repeat R]
-Last line: ratio=<model time per cycle / bare time per cycle>
+Last line: ratio=<model time per cycle / bare time per cycle> partitioned_ratio=<the same, partitioned>
 """
 
 from __future__ import annotations
@@ -51,9 +54,9 @@ class BareBroker:
         del self.locks[token]
 
 
-def time_model(n: int) -> float:
+def time_model(n: int, partitioned: bool = False) -> float:
     ns = Namespace()
-    ns.create_queue("q")
+    ns.create_queue("q", enable_partitioning=partitioned)
     conn = ns.connect()
     messages = [Message(b"payload", message_id=f"m{i}") for i in range(n)]
     send, receive, complete = ns.send, ns.receive, ns.complete
@@ -102,14 +105,16 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    model = min(time_model(args.cycles) for _ in range(args.repeat))
-    bare = min(time_bare(args.cycles) for _ in range(args.repeat))
-    inline = min(time_inline(args.cycles) for _ in range(args.repeat))
+    # Interleaved, so that a busy moment of the machine hits every variant alike.
+    runs = [(time_model(args.cycles), time_model(args.cycles, partitioned=True), time_bare(args.cycles), time_inline(args.cycles))
+            for _ in range(args.repeat)]
+    model, partitioned, bare, inline = (min(column) for column in zip(*runs))
     print(f"python {sys.version.split()[0]}, {args.cycles} cycles, best of {args.repeat}")
     print(f"model:  {1 / model:>12,.0f} cycles/s  ({model * 1e6:.2f} us/cycle)")
+    print(f"16 partitions: {1 / partitioned:>5,.0f} cycles/s  ({partitioned * 1e6:.2f} us/cycle)")
     print(f"bare:   {1 / bare:>12,.0f} cycles/s  ({bare * 1e6:.2f} us/cycle)  deque + dict, three calls per cycle")
     print(f"inline: {1 / inline:>12,.0f} cycles/s  ({inline * 1e6:.2f} us/cycle)  deque + dict, no calls (model/inline = {model / inline:.1f})")
-    print(f"ratio={model / bare:.2f}")
+    print(f"ratio={model / bare:.2f} partitioned_ratio={partitioned / bare:.2f}")
 
 
 if __name__ == "__main__":

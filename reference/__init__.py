@@ -19,6 +19,17 @@ from .message import (
     message_size,
 )
 from .namespace import Namespace
+from .partitioning import (
+    PREMIUM_PARTITION_COUNTS,
+    STANDARD_PARTITION_COUNT,
+    PartitionedQueue,
+    PartitionedStore,
+    PartitionedTopic,
+    key_hash,
+    partition_key,
+    partition_of,
+    sequence_number,
+)
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 
 __all__ = [name for name in dir() if not name.startswith("_")]

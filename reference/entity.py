@@ -24,6 +24,10 @@ MB = 1024 * KB
 #: Content type of the paired-namespace ping (PAIR-PING-001).
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
+#: A message forwarded through more entities than this is dead-lettered instead.
+MAX_TRANSFER_HOPS = 4
+MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
+
 
 @dataclass(frozen=True, slots=True)
 class EntityDescription:
@@ -44,6 +48,7 @@ class EntityDescription:
     enable_batched_operations: bool = True
     auto_delete_on_idle: int = TIMESPAN_MAX
     enable_partitioning: bool = False
+    forward_to: str | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -116,6 +121,32 @@ class Entity:
         self.bytes = 0  # held by this entity, for the quota (SETTLE-SEND-005)
         self.max_bytes = description.max_size_in_megabytes * MB
         self.stores: list[MessageStore] = []
+        #: Set by the namespace: delivers a message to another entity (auto-forwarding).
+        self.router: Callable[[str, Message, int], None] | None = None
+
+    partitioned = False
+
+    def forward(self, message: Message, seq: int, now: int, store: MessageStore, description: EntityDescription | None = None) -> bool:
+        """Auto-forwarding: hand the message to ``forward_to`` instead of storing it here.
+
+        The message keeps its properties, so a partition key keeps choosing the
+        destination's partition (PART-FWD-001). If the destination refuses it, or the
+        chain is too long, it is dead-lettered here instead. Returns whether it left.
+        """
+        d = description or self.description
+        if d.forward_to is None or self.router is None:
+            return False
+        try:
+            self.router(d.forward_to, message, now)
+        except ServiceBusError as error:
+            dead = StoredMessage(message, seq, now, NEVER, message_size(message))
+            dead.dead_letter_reason = (
+                MAX_TRANSFER_HOP_COUNT_EXCEEDED if error.code is ErrorCode.QUOTA_EXCEEDED and "hop" in error.text else str(error.code)
+            )
+            dead.dead_letter_description = error.text
+            store.dead_letter_queue.enqueue(dead)
+            self.bytes += dead.size
+        return True
 
     # ---------------------------------------------------------------- send
 
@@ -263,14 +294,15 @@ class Entity:
     def _released(self, msg: StoredMessage) -> None:
         self.bytes -= msg.size
 
-    def _new_store(self, path: str, d: EntityDescription) -> MessageStore:
+    def _new_store(self, path: str, d: EntityDescription, next_lock_token: Callable[[], int] | None = None) -> MessageStore:
+        tokens = next_lock_token or self.next_lock_token
         dead_letter = MessageStore(
             path + "/$DeadLetterQueue",
             d.lock_duration,
             d.max_delivery_count,
             on_remove=self._released,
             is_dead_letter=True,
-            next_lock_token=self.next_lock_token,
+            next_lock_token=tokens,
         )
         store = MessageStore(
             path,
@@ -280,10 +312,61 @@ class Entity:
             d.requires_session,
             dead_letter=dead_letter,
             on_remove=self._released,
-            next_lock_token=self.next_lock_token,
+            next_lock_token=tokens,
         )
         self.stores.append(store)
         return store
+
+
+class FanOut:
+    """What every topic does with an accepted message: one copy per subscription
+    (SETTLE-TOPIC-001), counted toward the topic's size until the last copy leaves."""
+
+    subscriptions: dict
+    copies: dict[int, int]
+    bytes: int
+
+    def fan_out(
+        self,
+        message: Message,
+        seq: int,
+        now: int,
+        size: int,
+        store_of: Callable[[Any], MessageStore],
+        stored_of: Callable[[Any], StoredMessage],
+    ) -> None:
+        if message.content_type == PING_CONTENT_TYPE:
+            return  # PAIR-PING-003: the broker never hands a ping to a receiver
+        subs = list(self.subscriptions.values())
+        if not subs:
+            return
+        self.bytes += size
+        self.copies[seq] = len(subs)
+        for sub in subs:
+            store = store_of(sub)
+            if sub.description.forward_to is not None and self.forward(message, seq, now, store, sub.description):
+                self._released_size(seq, size)
+                continue
+            stored = stored_of(sub)
+            store.tick(now)
+            if sub.description.requires_session and message.session_id is None:
+                # The copy cannot live in a session subscription: dead-lettered at once.
+                stored.dead_letter_reason = "Session ID is null."
+                stored.dead_letter_description = "Session enabled entity doesn't allow a message whose session identifier is null."
+                store.dead_letter_queue.enqueue(stored)
+                continue
+            store.enqueue(stored)
+
+    def _released(self, msg: StoredMessage) -> None:
+        self._released_size(msg.sequence_number, msg.size)
+
+    def _released_size(self, seq: int, size: int) -> None:
+        left = self.copies.get(seq, 0) - 1
+        if left <= 0:
+            self.copies.pop(seq, None)
+            self.bytes -= size
+        else:
+            self.copies[seq] = left
 
 
 class Queue(Entity):
@@ -299,6 +382,8 @@ class Queue(Entity):
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
         if message.content_type == PING_CONTENT_TYPE:
             return  # PAIR-PING-003: the broker never hands a ping to a receiver
+        if self.description.forward_to is not None and self.forward(message, seq, now, self.store):
+            return
         default_ttl = self.description.default_message_time_to_live
         ttl = message.time_to_live
         ttl = default_ttl if ttl is None or ttl > default_ttl else ttl  # SETTLE-TTL-001
@@ -322,7 +407,7 @@ class Subscription:
         self.store = topic._new_store(self.path, description)
 
 
-class Topic(Entity):
+class Topic(FanOut, Entity):
     kind = "topic"
 
     def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int]) -> None:
@@ -350,33 +435,13 @@ class Topic(Entity):
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
         """SETTLE-TOPIC-001: every subscription gets its own copy, with the same number."""
-        if message.content_type == PING_CONTENT_TYPE:
-            return  # PAIR-PING-003
-        subs = list(self.subscriptions.values())
-        if not subs:
-            return
-        self.bytes += size
-        self.copies[seq] = len(subs)
         topic_ttl = self.description.default_message_time_to_live
-        for sub in subs:
-            ttl = effective_time_to_live(message.time_to_live, topic_ttl, sub.description.default_message_time_to_live)
-            stored = StoredMessage(message, seq, now, expiry(now, ttl), size)
-            store = sub.store
-            store.tick(now)
-            if sub.description.requires_session and message.session_id is None:
-                # The copy cannot live in a session subscription: dead-lettered at once.
-                stored.dead_letter_reason = "Session ID is null."
-                stored.dead_letter_description = (
-                    "Session enabled entity doesn't allow a message whose session identifier is null."
-                )
-                store.dead_letter_queue.enqueue(stored)
-                continue
-            store.enqueue(stored)
-
-    def _released(self, msg: StoredMessage) -> None:
-        left = self.copies.get(msg.sequence_number, 0) - 1
-        if left <= 0:
-            self.copies.pop(msg.sequence_number, None)
-            self.bytes -= msg.size
-        else:
-            self.copies[msg.sequence_number] = left
+        self.fan_out(
+            message, seq, now, size,
+            store_of=lambda sub: sub.store,
+            stored_of=lambda sub: StoredMessage(
+                message, seq, now,
+                expiry(now, effective_time_to_live(message.time_to_live, topic_ttl, sub.description.default_message_time_to_live)),
+                size,
+            ),
+        )

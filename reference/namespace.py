@@ -16,9 +16,19 @@ import itertools
 from typing import Any, Callable, Iterable, Sequence
 
 from .clock import VirtualClock
-from .entity import EntityDescription, Entity, Queue, Subscription, Topic
+from .entity import KB, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
+from .partitioning import (
+    MAX_PARTITIONED_ENTITIES,
+    PREMIUM_PARTITION_COUNTS,
+    STANDARD_PARTITION_COUNT,
+    Chooser,
+    PartitionedEntity,
+    PartitionedQueue,
+    PartitionedTopic,
+    partition_key,
+)
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"
@@ -26,14 +36,39 @@ SUBSCRIPTIONS = "/subscriptions/"
 
 RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
 
+#: Queues and topics per namespace (Basic/Standard), partitioned ones counting as one each (PART-LIMIT-003).
+MAX_ENTITIES = 10_000
+#: Messages per transaction.
+MAX_TRANSACTION_MESSAGES = 100
+#: Description fields that can only be chosen when the entity is created (PART-CREATE-002).
+IMMUTABLE = ("requires_session", "requires_duplicate_detection", "enable_partitioning")
+
 
 class Namespace:
     """A Service Bus namespace, as the reference model of the broker."""
 
-    def __init__(self, name: str = "sbconform", clock: VirtualClock | None = None, sku: str = "standard") -> None:
+    def __init__(
+        self,
+        name: str = "sbconform",
+        clock: VirtualClock | None = None,
+        sku: str = "standard",
+        partition_count: int | None = None,
+    ) -> None:
+        """``sku="premium"`` with ``partition_count`` (1, 2 or 4) is a partitioned Premium
+        namespace: every queue and topic in it is partitioned that way (PART-STRUCT-003)."""
+        if sku not in ("basic", "standard", "premium"):
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown SKU {sku!r} (basic, standard or premium)")
+        if partition_count is not None and (sku != "premium" or partition_count not in PREMIUM_PARTITION_COUNTS):
+            raise ServiceBusError(
+                ErrorCode.ARGUMENT_ERROR,
+                f"a partition count is set on Premium namespaces only, to one of {PREMIUM_PARTITION_COUNTS}; got {partition_count} on {sku}",
+            )
         self.name = name
         self.clock = clock if clock is not None else VirtualClock()
         self.sku = sku
+        self.partition_count = partition_count
+        self.billed_operations = 0  # PART-COST-001: one per send, receive or settlement call
+        self._hops = 0  # auto-forwarding depth of the delivery in progress
         self.entities: dict[str, Entity] = {}
         self._lock_tokens = itertools.count(1).__next__
         self._connections = itertools.count(1)
@@ -43,19 +78,80 @@ class Namespace:
 
     # ------------------------------------------------------------ management
 
-    def create_queue(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Queue:
-        d = (description or EntityDescription()).with_changes(**properties).validate("queue")
-        return self._add(Queue(path, d, self._lock_tokens))
+    def create_queue(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Queue | PartitionedQueue:
+        return self._create(path, "queue", description, properties)
 
-    def create_topic(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Topic:
-        d = (description or EntityDescription()).with_changes(**properties).validate("topic")
-        return self._add(Topic(path, d, self._lock_tokens))
+    def create_topic(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Topic | PartitionedTopic:
+        return self._create(path, "topic", description, properties)
+
+    def _create(self, path: str, kind: str, description: EntityDescription | None, properties: dict[str, Any]) -> Any:
+        d = (description or EntityDescription()).with_changes(**properties).validate(kind)
+        partitions = None
+        if self.partition_count is not None:  # a partitioned Premium namespace
+            if properties.get("enable_partitioning") is False or (description and not description.enable_partitioning and "enable_partitioning" in properties):
+                raise ServiceBusError(
+                    ErrorCode.INVALID_OPERATION,
+                    f"'{path}': every {kind} of a partitioned Premium namespace is partitioned; a non-partitioned one cannot be created.",
+                )
+            partitions = self.partition_count
+            d = d.with_changes(enable_partitioning=True)
+            if "max_message_size" not in properties:
+                d = d.with_changes(max_message_size=1024 * KB)  # PART-LIMIT-001
+        elif d.enable_partitioning:
+            partitions = STANDARD_PARTITION_COUNT  # PART-STRUCT-002
+        if path.lower() not in self.entities:
+            if len(self.entities) >= MAX_ENTITIES:
+                raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {MAX_ENTITIES} queues and topics.", transient=False)
+            if partitions is not None and self.sku != "premium":
+                partitioned = sum(1 for e in self.entities.values() if e.partitioned)
+                if partitioned >= MAX_PARTITIONED_ENTITIES:
+                    raise ServiceBusError(
+                        ErrorCode.QUOTA_EXCEEDED,
+                        f"The namespace already holds {MAX_PARTITIONED_ENTITIES} partitioned queues and topics.",
+                        transient=False,
+                    )
+        if partitions is None:
+            entity = (Queue if kind == "queue" else Topic)(path, d, self._lock_tokens)
+        else:
+            entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
+        entity.router = self._forward
+        return self._add(entity)
+
+    def update(self, path: str, **changes: Any) -> EntityDescription:
+        """Change an entity's description. What can only be chosen at creation (sessions,
+        duplicate detection, partitioning) cannot change (PART-CREATE-002); a partitioned
+        entity is updated on every partition or not at all (PART-MGMT-001/002)."""
+        entity, store = self._resolve(path)
+        if store is not None and not isinstance(entity, (Topic, PartitionedTopic)):
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' cannot be updated; update its entity.")
+        owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
+        current = owner.description
+        new = current.with_changes(**changes).validate(owner.kind)
+        fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
+        if fixed:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                f"'{path}': {', '.join(fixed)} can only be chosen when the entity is created.",
+                transient=False,
+            )
+        if isinstance(entity, PartitionedEntity):
+            entity.require_all_available("update")
+        owner.description = new
+        if owner is entity:
+            entity.max_bytes = new.max_size_in_megabytes * MB
+            if entity.duplicates is not None:
+                entity.duplicates.window = new.duplicate_detection_history_time_window
+        stores = [store] if store is not None else entity.stores
+        for s in stores:
+            for part in getattr(s, "partitions", [s]):
+                part.set_description(new.lock_duration, new.max_delivery_count, new.dead_lettering_on_message_expiration)
+        return new
 
     def create_subscription(
         self, topic_path: str, name: str, description: EntityDescription | None = None, **properties: Any
     ) -> Subscription:
         topic = self._entity(topic_path)
-        if not isinstance(topic, Topic):
+        if not isinstance(topic, (Topic, PartitionedTopic)):
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
         d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
         self._routes.clear()
@@ -72,10 +168,13 @@ class Namespace:
     def delete(self, path: str) -> None:
         self._routes.clear()
         key = path.lower()
+        entity = self.entities.get(key.split(SUBSCRIPTIONS)[0])
+        if isinstance(entity, PartitionedEntity):
+            entity.require_all_available("delete")  # PART-MGMT-002
         if SUBSCRIPTIONS in key:
             topic_path, name = path[: key.index(SUBSCRIPTIONS)], path[key.index(SUBSCRIPTIONS) + len(SUBSCRIPTIONS):]
             topic = self._entity(topic_path)
-            if not isinstance(topic, Topic):
+            if not isinstance(topic, (Topic, PartitionedTopic)):
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{topic_path}' is not a topic.")
             topic.remove_subscription(name)
             return
@@ -91,23 +190,49 @@ class Namespace:
 
     def describe(self, path: str) -> EntityDescription:
         entity, store = self._resolve(path)
-        if isinstance(entity, Topic) and store is not None:
+        if isinstance(entity, (Topic, PartitionedTopic)) and store is not None:
             return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()].description
         return entity.description
 
-    def runtime_info(self, path: str) -> dict[str, int]:
-        """Message counts, as Get reports them."""
+    def runtime_info(self, path: str) -> dict[str, Any]:
+        """Message counts, as Get reports them: summed over partitions that answer, with
+        the availability status (``limited`` while a partition is down: PART-MGMT-004)."""
         entity, store = self._resolve(path)
         now = self.clock.now
         entity.tick(now)
-        stores = [store] if store is not None else entity.stores
-        info = {"active": 0, "deferred": 0, "dead_letter": 0, "scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
-        for s in stores:
+        if store is not None:
+            sources = [store]
+        elif isinstance(entity, PartitionedQueue):
+            sources = [entity.store]  # its counts sum the partitions that answer
+        elif isinstance(entity, PartitionedTopic):
+            sources = [sub.store for sub in entity.subscriptions.values()]
+        else:
+            sources = entity.stores
+        info: dict[str, Any] = {"active": 0, "deferred": 0, "dead_letter": 0, "scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
+        for s in sources:
             s.tick(now)
             s.dead_letter_queue.tick(now)
             for key, value in s.counts().items():
                 info[key] += value
+        info["availability_status"] = entity.availability_status if isinstance(entity, PartitionedEntity) else "available"
+        if isinstance(entity, PartitionedEntity):
+            info["partition_count"] = entity.partition_count
         return info
+
+    # ------------------------------------------------------------ partitions
+
+    def partitioned(self, path: str) -> PartitionedEntity:
+        entity, _ = self._resolve(path)
+        if not isinstance(entity, PartitionedEntity):
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not partitioned.")
+        return entity
+
+    def make_partition_unavailable(self, path: str, partition: int) -> None:
+        """Fault injection: one partition's store goes down; it keeps what it holds."""
+        self.partitioned(path).set_partition_available(partition, False)
+
+    def make_partition_available(self, path: str, partition: int) -> None:
+        self.partitioned(path).set_partition_available(partition, True)
 
     # ----------------------------------------------------------- connections
 
@@ -127,11 +252,59 @@ class Namespace:
 
     # -------------------------------------------------------------- sending
 
-    def send(self, conn: int, path: str, messages: Sequence[Message] | Message) -> list[int | None]:
+    def send(self, conn: int, path: str, messages: Sequence[Message] | Message, choose: Chooser | None = None) -> list[int | None]:
         """Send one message or a batch (all or nothing). Returns sequence numbers;
-        ``None`` for a message dropped as a duplicate."""
+        ``None`` for a message dropped as a duplicate. On a partitioned entity ``choose``
+        picks among ``allowed_partitions`` (default: round-robin)."""
+        self.billed_operations += 1
         batch = [messages] if isinstance(messages, Message) else list(messages)
-        return self._sending_entity(path).accept(batch, self.clock.now)
+        entity = self._sending_entity(path)
+        if choose is not None:
+            return entity.accept(batch, self.clock.now, choose)
+        return entity.accept(batch, self.clock.now)
+
+    def allowed_partitions(self, path: str, message: Message) -> list[int]:
+        """Where a send of ``message`` may land now (an error if nowhere: PART-KEY-008)."""
+        entity = self.partitioned(path)
+        return entity.allowed_partitions(partition_key(message, entity.description.requires_duplicate_detection))
+
+    def send_transaction(self, conn: int, sends: Sequence[tuple[str, Sequence[Message]]]) -> list[list[int | None]]:
+        """Sends committed together: all are accepted or none is.
+
+        On partitioned entities every message needs a partition key and all must share
+        it (PART-TXN-001/002), so one transaction cannot reach several sessions there
+        (PART-TXN-003); non-partitioned entities have no such rule (PART-TXN-004).
+        """
+        now = self.clock.now
+        total = sum(len(messages) for _, messages in sends)
+        if total > MAX_TRANSACTION_MESSAGES:
+            raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"A transaction holds at most {MAX_TRANSACTION_MESSAGES} messages, not {total}.")
+        keys = set()
+        planned = []
+        for path, messages in sends:
+            entity = self._sending_entity(path)
+            messages = list(messages)
+            if isinstance(entity, PartitionedEntity):
+                for message in messages:
+                    key = partition_key(message, entity.description.requires_duplicate_detection)
+                    if key is None:
+                        raise ServiceBusError(
+                            ErrorCode.INVALID_OPERATION,
+                            f"A message sent to partitioned entity '{entity.path}' within a transaction must have a partition key "
+                            "(SessionId, PartitionKey, or MessageId with duplicate detection).",
+                        )
+                    keys.add(key)
+                    entity.allowed_partitions(key)
+                if len(keys) > 1:
+                    raise ServiceBusError(
+                        ErrorCode.INVALID_OPERATION,
+                        "All messages sent to partitioned entities within one transaction must share one partition key "
+                        f"(found {sorted(keys)}); one transaction cannot reach several sessions of a partitioned entity.",
+                    )
+            entity.check(messages, now)
+            planned.append((entity, messages))
+        self.billed_operations += 1
+        return [entity.accept(messages, now) for entity, messages in planned]
 
     def send_presettled(self, conn: int, path: str, messages: Sequence[Message] | Message) -> None:
         """SETTLE-SEND-004: a pre-settled transfer; the sender learns nothing, even of a rejection."""
@@ -141,8 +314,21 @@ class Namespace:
             pass
 
     def schedule(self, conn: int, path: str, messages: Sequence[Message] | Message, enqueue_time: int) -> list[int]:
+        self.billed_operations += 1
         batch = [messages] if isinstance(messages, Message) else list(messages)
         return self._sending_entity(path).schedule(batch, enqueue_time, self.clock.now)
+
+    def _forward(self, destination: str, message: Message, now: int) -> None:
+        """Auto-forwarding: the message enters the destination as if sent there."""
+        if self._hops >= MAX_TRANSFER_HOPS:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED, f"The message exceeded the maximum transfer hop count ({MAX_TRANSFER_HOPS})."
+            )
+        self._hops += 1
+        try:
+            self._sending_entity(destination).accept([message], now)
+        finally:
+            self._hops -= 1
 
     def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
         self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)
@@ -152,7 +338,7 @@ class Namespace:
         entity, store = route if route is not None else self._resolve(path)
         if store is not None:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Cannot send to '{path}': only queues and topics accept sends.")
-        if isinstance(entity, Topic) or isinstance(entity, Queue):
+        if isinstance(entity, (Topic, Queue, PartitionedEntity)):
             return entity
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Cannot send to '{path}'.")
 
@@ -165,12 +351,16 @@ class Namespace:
         max_count: int = 1,
         mode: str = PEEK_LOCK,
         session_id: str | None = None,
+        choose: Chooser | None = None,
     ) -> list[Delivery]:
+        """On a partitioned entity each message is the head of some available partition;
+        ``choose`` picks which (default: the one enqueued first)."""
         if mode not in RECEIVE_MODES:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown receive mode {mode!r}")
         if max_count < 1:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"max_count must be at least 1, got {max_count}")
-        return self._receiving_store(path).receive(self.clock.now, conn, max_count, mode, session_id)
+        self.billed_operations += 1
+        return self._receiving_store(path).receive(self.clock.now, conn, max_count, mode, session_id, choose)
 
     def complete(self, conn: int, path: str, lock_token: int) -> None:
         self._receiving_store(path).complete(self.clock.now, conn, lock_token)
@@ -200,11 +390,21 @@ class Namespace:
         return self._receiving_store(path).receive_deferred(self.clock.now, conn, sequence_numbers, mode, session_id)
 
     def peek(
-        self, path: str, from_sequence_number: int = 1, max_count: int = 1, session_id: str | None = None
+        self,
+        path: str,
+        from_sequence_number: int = 1,
+        max_count: int = 1,
+        session_id: str | None = None,
+        choose: Chooser | None = None,
     ) -> list[Delivery]:
-        """SETTLE-PEEK-001..003: browse; on a queue this includes scheduled messages."""
+        """SETTLE-PEEK-001..003: browse; on a queue this includes scheduled messages.
+        On a partitioned entity one partition answers (PART-PEEK-002); ``choose`` says which."""
         entity, store = self._resolve(path)
         store = self._receiving_store(path)
+        if isinstance(entity, PartitionedEntity):
+            scheduled = entity.scheduled_deliveries(from_sequence_number) if entity.kind == "queue" and not store.is_dead_letter else []
+            scheduled = [d for d in scheduled if session_id is None or d.session_id == session_id]
+            return store.peek(self.clock.now, from_sequence_number, max_count, session_id, choose, scheduled)
         found = store.peek(self.clock.now, from_sequence_number, max_count, session_id)
         if isinstance(entity, Queue) and not store.is_dead_letter and entity.scheduled:
             scheduled = [
@@ -320,7 +520,7 @@ class Namespace:
         if SUBSCRIPTIONS in key:
             topic_key, sub_name = key.split(SUBSCRIPTIONS, 1)
             topic = self._entity(topic_key)
-            sub = topic.subscriptions.get(sub_name) if isinstance(topic, Topic) else None
+            sub = topic.subscriptions.get(sub_name) if isinstance(topic, (Topic, PartitionedTopic)) else None
             if sub is None:
                 raise ServiceBusError(
                     ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{self.name}/{path}' could not be found."
@@ -328,7 +528,7 @@ class Namespace:
             return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
         entity = self._entity(key)
         if dead_letter:
-            if not isinstance(entity, Queue):
+            if not isinstance(entity, (Queue, PartitionedQueue)):
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{path}': topics have no dead-letter queue.")
             return entity, entity.store.dead_letter_queue
         return entity, None
@@ -340,7 +540,7 @@ class Namespace:
         if entity.schedule_order:
             entity.tick(now)
         if store is None:
-            if isinstance(entity, Queue):
+            if isinstance(entity, (Queue, PartitionedQueue)):
                 return entity.store
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION, f"Cannot receive from topic '{path}'; receive from a subscription."
@@ -352,7 +552,4 @@ class Namespace:
 
     @staticmethod
     def _parent_of(entity: Entity, dead_letter: MessageStore) -> MessageStore:
-        for store in entity.stores:
-            if store.dead_letter_queue is dead_letter:
-                return store
-        raise AssertionError("dead-letter store without a parent")
+        return dead_letter.parent

@@ -22,6 +22,7 @@ so the first delivery shows 1 (SETTLE-LOCK-010).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections import deque
@@ -145,6 +146,9 @@ class MessageStore:
         self.requires_session = requires_session
         self.dead_letter_queue = dead_letter
         self.is_dead_letter = is_dead_letter
+        self.parent: MessageStore | None = None  # for a dead-letter queue, the store it belongs to
+        if dead_letter is not None:
+            dead_letter.parent = self
         self.on_remove = on_remove
         self.next_lock_token = next_lock_token or itertools.count(1).__next__
         self.observer: Observer | None = None
@@ -249,6 +253,7 @@ class MessageStore:
         max_count: int,
         mode: str,
         session_id: str | None = None,
+        choose: object = None,
     ) -> list[Delivery]:
         """Hand over up to ``max_count`` available messages, oldest first.
 
@@ -283,6 +288,19 @@ class MessageStore:
                 self._remove(msg, State.COMPLETED, "consumed")
         return out
 
+    def available_head(self, now: int) -> StoredMessage | None:
+        """The message a receive would get next (non-session stores), without taking it."""
+        self.tick(now)
+        return self.lane.head(self.messages)
+
+    def set_description(self, lock_duration: int, max_delivery_count: int, dead_lettering_on_message_expiration: bool) -> None:
+        """An entity update: new locks use the new duration (existing locks keep theirs)."""
+        self.lock_duration = lock_duration
+        self.max_delivery_count = max_delivery_count
+        self.dead_lettering_on_message_expiration = dead_lettering_on_message_expiration
+        if self.dead_letter_queue is not None:
+            self.dead_letter_queue.set_description(lock_duration, max_delivery_count, False)
+
     def _lock(self, msg: StoredMessage, now: int, holder: int, locked_until: int, track: bool = True) -> None:
         token = self.next_lock_token()
         msg.state = State.LOCKED
@@ -291,9 +309,13 @@ class MessageStore:
         msg.holder = holder
         self.locks[token] = msg
         if track:
-            self.lock_deadlines.append((locked_until, token))
-            if locked_until < self._due:
-                self._due = locked_until
+            deadlines = self.lock_deadlines
+            if deadlines and locked_until < deadlines[-1][0]:
+                self._add_deadline(deadlines, locked_until, token)  # only after a shorter lock duration
+            else:
+                deadlines.append((locked_until, token))
+                if locked_until < self._due:
+                    self._due = locked_until
         if self.observer is not None:
             self.observer(self.path, "locked", msg)
 
@@ -380,7 +402,7 @@ class MessageStore:
                 "Session messages cannot renew their own lock; renew the session lock instead.",
             )
         msg.locked_until = now + self.lock_duration
-        self.lock_deadlines.append((msg.locked_until, lock_token))
+        self._add_deadline(self.lock_deadlines, msg.locked_until, lock_token)
         return msg.locked_until
 
     # ------------------------------------------------------------- deferred
@@ -450,9 +472,7 @@ class MessageStore:
             )
         session.holder = holder
         session.locked_until = now + self.lock_duration
-        self.session_deadlines.append((session.locked_until, session_id))
-        if session.locked_until < self._due:
-            self._due = session.locked_until
+        self._add_deadline(self.session_deadlines, session.locked_until, session_id)
         return session
 
     def available_sessions(self, now: int) -> list[str]:
@@ -474,7 +494,7 @@ class MessageStore:
         """SETTLE-SESS-006."""
         session = self._held_session_after_tick(now, holder, session_id)
         session.locked_until = now + self.lock_duration
-        self.session_deadlines.append((session.locked_until, session_id))
+        self._add_deadline(self.session_deadlines, session.locked_until, session_id)
         for msg in self.locks.values():
             if msg.session_id == session_id:
                 msg.locked_until = session.locked_until
@@ -526,6 +546,16 @@ class MessageStore:
                 self._drop_session_lock(session, now, failed=True)
 
     # ------------------------------------------------------------ internals
+
+    def _add_deadline(self, deadlines: deque, deadline: int, key: object) -> None:
+        """Keep deadlines sorted. With one lock duration they arrive in order (an append);
+        after an update shortened it, a new deadline may belong earlier."""
+        if deadlines and deadline < deadlines[-1][0]:
+            bisect.insort(deadlines, (deadline, key))
+        else:
+            deadlines.append((deadline, key))
+        if deadline < self._due:
+            self._due = deadline
 
     def _unlock(self, msg: StoredMessage) -> None:
         del self.locks[msg.lock_token]

@@ -82,7 +82,16 @@ class AbandonWaitsForExpiry(ReferenceTarget):
         self._token(message)
 
 
-MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, AnyoneMaySettle, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry]
+class IgnoresPartitionKey(ReferenceTarget):
+    """Spreads keyed messages round-robin as if they had no key (PART-KEY-006)."""
+
+    name = "mutant-ignores-partition-key"
+
+    def send(self, sender, messages, batch=False):
+        super().send(sender, [replace(m, partition_key=None) for m in messages], batch)
+
+
+MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, AnyoneMaySettle, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
 for _mutant in MUTANTS:
     register(_mutant.name, lambda _cls=_mutant, **options: _cls())

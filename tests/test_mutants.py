@@ -28,6 +28,7 @@ SCENARIO_FOR = {
     "mutant-expired-lock-settles": "settling_or_renewing_an_expired_lock",
     "mutant-defer-loses": "any_receiver_can_take_a_deferred_message",
     "mutant-abandon-waits": "abandon_makes_the_message_available_at_once",
+    "mutant-ignores-partition-key": "messages_with_one_partition_key_share_a_partition",
 }
 
 

@@ -78,6 +78,8 @@ class Target(ABC):
     capabilities: frozenset[str] = frozenset()
     #: how long a receive waits before concluding there is no message
     empty_wait = 1000
+    #: the client operation timeout this target uses (PART-TIMEOUT-001: over 15 s; 60 s recommended)
+    operation_timeout = 60_000
 
     # -------------------------------------------------------------- lifecycle
     def open(self) -> None:
@@ -120,8 +122,20 @@ class Target(ABC):
     def delete_entity(self, path: str) -> None: ...
 
     @abstractmethod
-    def entity_counts(self, path: str) -> dict[str, int]:
-        """Counts of ``active``, ``deferred``, ``scheduled`` and ``dead_letter`` messages."""
+    def entity_counts(self, path: str) -> dict[str, Any]:
+        """Counts of ``active``, ``deferred``, ``scheduled`` and ``dead_letter`` messages,
+        and ``availability_status`` (``available``, or ``limited`` while a partition is down)."""
+
+    def update_entity(self, path: str, **properties: Any) -> None:
+        """Change an entity's description (capability ``entity-management``)."""
+        self.require("entity-management")
+        raise NotImplementedError
+
+    def premium_namespace(self, partition_count: int) -> "Target":
+        """A fresh, open target for a partitioned Premium namespace with that many
+        partitions (capability ``premium-namespace``). The caller closes it."""
+        self.require("premium-namespace")
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- clients
     @abstractmethod
@@ -155,6 +169,15 @@ class Target(ABC):
         self.require("entity-outage")
         raise NotImplementedError
 
+    def make_partition_unavailable(self, path: str, partition: int) -> None:
+        """Capability ``partition-outage``: one partition's store goes down, keeping its messages."""
+        self.require("partition-outage")
+        raise NotImplementedError
+
+    def make_partition_available(self, path: str, partition: int) -> None:
+        self.require("partition-outage")
+        raise NotImplementedError
+
     # -------------------------------------------------------------- messaging
     @abstractmethod
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
@@ -163,6 +186,11 @@ class Target(ABC):
     def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
         """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003)."""
         self.send(sender, messages)
+
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
+        """Send everything in one transaction, committed together (capability ``transactions``)."""
+        self.require("transactions")
+        raise NotImplementedError
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         self.require("presettled-send")

@@ -43,6 +43,11 @@ CAPABILITIES = frozenset(
         "entity-management",
         "model-internals",
         "entity-outage",
+        "partitions",
+        "partition-outage",
+        "premium-namespace",
+        "transactions",
+        "auto-forward",
     }
 )
 
@@ -102,8 +107,22 @@ class ReferenceTarget(Target):
     def delete_entity(self, path: str) -> None:
         self.namespace.delete(path)
 
-    def entity_counts(self, path: str) -> dict[str, int]:
+    def entity_counts(self, path: str) -> dict[str, Any]:
         return self.namespace.runtime_info(path)
+
+    def update_entity(self, path: str, **properties: Any) -> None:
+        self.namespace.update(path, **properties)
+
+    def premium_namespace(self, partition_count: int) -> "ReferenceTarget":
+        target = ReferenceTarget(Namespace(sku="premium", partition_count=partition_count), self.choose)
+        target.capabilities = self.capabilities
+        return target
+
+    def make_partition_unavailable(self, path: str, partition: int) -> None:
+        self.namespace.make_partition_unavailable(path, partition)
+
+    def make_partition_available(self, path: str, partition: int) -> None:
+        self.namespace.make_partition_available(path, partition)
 
     # ---------------------------------------------------------------- clients
     def sender(self, path: str) -> Handle:
@@ -152,6 +171,12 @@ class ReferenceTarget(Target):
         else:
             for message in messages:
                 self.namespace.send(sender.private, sender.path, message)
+
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
+        if not sends:
+            return
+        conn = sends[0][0].private
+        self.namespace.send_transaction(conn, [(handle.path, list(messages)) for handle, messages in sends])
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         for message in messages:

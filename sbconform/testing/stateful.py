@@ -11,6 +11,11 @@ the model allows it:
   fail with the same error code where the model fails;
 - peeks must show the same messages, in the same order, in the same states.
 
+On a partitioned queue (targets with ``partitions``) the model's choices follow the
+target's: the partition a message landed in (read from its sequence number, as any
+client can) must be one the model allows for it, and each message a receive returns
+must be the head of one of the model's available partitions.
+
 Time passes through the target. Targets on real time declare ``clock_tolerance``
 (ms); the machine then never lets time stop within that distance of an instant where
 the model's answer would change (a lock expiring), so outcomes stay decidable.
@@ -31,7 +36,7 @@ from typing import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from reference import PEEK_LOCK, RECEIVE_AND_DELETE, SECOND, ErrorCode, Message, Namespace, ServiceBusError
+from reference import PEEK_LOCK, RECEIVE_AND_DELETE, SECOND, ErrorCode, Message, Namespace, ServiceBusError, partition_of
 
 from ..targets import Handle, Received, Target
 
@@ -86,9 +91,12 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
                 self.target.close()
 
         # --------------------------------------------------------------- set-up
-        @initialize(lock_seconds=st.integers(2, 6), max_delivery_count=st.integers(1, 4))
-        def create_queue(self, lock_seconds: int, max_delivery_count: int) -> None:
+        @initialize(lock_seconds=st.integers(2, 6), max_delivery_count=st.integers(1, 4), partitioned=st.booleans())
+        def create_queue(self, lock_seconds: int, max_delivery_count: int, partitioned: bool) -> None:
+            self.partitioned = partitioned and "partitions" in self.capabilities
             props = dict(lock_duration=lock_seconds * SECOND, max_delivery_count=max_delivery_count)
+            if self.partitioned:
+                props["enable_partitioning"] = True
             self.path = self.target.create_queue(f"diff{next(_names)}", **props)
             self.model.create_queue("q", **props)
             self.lock_duration = lock_seconds * SECOND
@@ -124,20 +132,61 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
             return end - now
 
         # --------------------------------------------------------------- rules
+        # ------------------------------------------------------------- peeking
+        def _target_all(self, handle: Handle) -> list[Received]:
+            """Every message, peeking on from the last number seen (one partition at a time)."""
+            out: list[Received] = []
+            start = 1
+            while True:
+                batch = self.target.peek(handle, 250, start)
+                if not batch:
+                    return out
+                out.extend(batch)
+                start = max(m.sequence_number for m in batch) + 1
+
+        def _model_all(self, path: str) -> list:
+            out: list = []
+            start = 1
+            while True:
+                batch = self.model.peek(path, start, 250)
+                if not batch:
+                    return out
+                out.extend(batch)
+                start = max(d.sequence_number for d in batch) + 1
+
+        def _follow(self, partition: int, what: str) -> Callable[[list[int]], int]:
+            """A ``choose`` for the model that takes the target's partition, if allowed."""
+
+            def choose(allowed: list[int]) -> int:
+                if partition not in allowed:
+                    raise Divergence(f"{what}: the target used partition {partition}; the model allows only {allowed}")
+                return partition
+
+            return choose
+
         @precondition(lambda self: hasattr(self, "path"))
-        @rule(count=st.integers(1, 3), batch=st.booleans())
-        def send(self, count: int, batch: bool) -> None:
+        @rule(count=st.integers(1, 3), batch=st.booleans(), key=st.sampled_from([None, None, "a", "b"]))
+        def send(self, count: int, batch: bool, key: str | None) -> None:
             messages = []
             for _ in range(count):
                 self.counter += 1
-                messages.append(Message(f"body {self.counter}".encode(), message_id=f"m{self.counter}"))
+                messages.append(Message(f"body {self.counter}".encode(), message_id=f"m{self.counter}", partition_key=key))
             self._sync()
+            _, error = _outcome(lambda: self.target.send(self.sender, messages, batch=batch))
+            landed: dict[str, int] = {}
+            if self.partitioned and error is None:
+                landed = {m.message_id: partition_of(m.sequence_number) for m in self._target_all(self.receivers[0])}
 
             def model_send() -> None:
                 for part in [messages] if batch else [[m] for m in messages]:
-                    self.model.send(self.model_sender, "q", part)
+                    if self.partitioned:
+                        where = {landed.get(m.message_id) for m in part}
+                        if len(where) != 1 or None in where:
+                            raise Divergence(f"send: the target put {[m.message_id for m in part]} in partitions {sorted(where, key=str)}")
+                        self.model.send(self.model_sender, "q", part, choose=self._follow(where.pop(), "send"))
+                    else:
+                        self.model.send(self.model_sender, "q", part)
 
-            _, error = _outcome(lambda: self.target.send(self.sender, messages, batch=batch))
             _, expected = _outcome(model_send)
             if error != expected:
                 raise Divergence(f"send: target answered {error}, the model {expected}")
@@ -151,10 +200,10 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
             path = "q/$DeadLetterQueue" if dead_letter else "q"
             got = self.target.receive(handle, count, max_wait=self.target.empty_wait)
             self._sync()
-            available = [d for d in self.model.peek(path, 1, 10_000) if str(d.state) == "active"]
+            available = [d for d in self._model_all(path) if str(d.state) == "active"]
             if not got and available:
                 raise Divergence(f"receive returned nothing; the model has {[d.message_id for d in available[:count]]}")
-            expected = self.model.receive(conn, path, len(got), PEEK_LOCK) if got else []
+            expected = self._model_receive(conn, path, got, PEEK_LOCK)
             if [m.message_id for m in got] != [d.message_id for d in expected]:
                 raise Divergence(
                     f"receive returned {[m.message_id for m in got]}, the model allows {[d.message_id for d in expected]}"
@@ -169,11 +218,23 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         def receive_and_delete(self, count: int) -> None:
             got = self.target.receive(self.rad, count, max_wait=self.target.empty_wait)
             self._sync()
-            if not got and any(str(d.state) == "active" for d in self.model.peek("q", 1, 10_000)):
+            if not got and any(str(d.state) == "active" for d in self._model_all("q")):
                 raise Divergence("receive-and-delete returned nothing while messages were available")
-            expected = self.model.receive(self.model_rad, "q", len(got), RECEIVE_AND_DELETE) if got else []
+            expected = self._model_receive(self.model_rad, "q", got, RECEIVE_AND_DELETE)
             if [m.message_id for m in got] != [d.message_id for d in expected]:
                 raise Divergence(f"receive-and-delete returned {[m.message_id for m in got]}, the model allows {[d.message_id for d in expected]}")
+
+        def _model_receive(self, conn: int, path: str, got: list[Received], mode: str) -> list:
+            """The model receives what the target returned: the same number of messages,
+            and on a partitioned queue each from the partition the target's came from."""
+            if not got:
+                return []
+            if not self.partitioned:
+                return self.model.receive(conn, path, len(got), mode)
+            out = []
+            for m in got:
+                out.extend(self.model.receive(conn, path, 1, mode, choose=self._follow(partition_of(m.sequence_number), f"receive of {m.message_id}")))
+            return out
 
         @precondition(lambda self: getattr(self, "pairs", None))
         @rule(data=st.data(), op=st.sampled_from(["complete", "abandon", "defer", "dead-letter", "renew"]), other=st.booleans())
@@ -207,7 +268,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path"))
         @rule(data=st.data(), index=st.integers(0, 2))
         def receive_deferred(self, data: st.DataObject, index: int) -> None:
-            deferred = [d for d in self.model.peek("q", 1, 10_000) if str(d.state) == "deferred"]
+            deferred = [d for d in self._model_all("q") if str(d.state) == "deferred"]
             known = {p.message_id: p.target_message.sequence_number for p in self.pairs if not p.dead_letter}
             candidates = [d.message_id for d in deferred if d.message_id in known] + ["not-deferred"]
             choice = data.draw(st.sampled_from(candidates))
@@ -218,7 +279,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
                 if not live:
                     return
                 target_seq = live[-1].target_message.sequence_number
-                model_seq = next((d.sequence_number for d in self.model.peek("q", 1, 10_000) if d.message_id == live[-1].message_id), -1)
+                model_seq = next((d.sequence_number for d in self._model_all("q") if d.message_id == live[-1].message_id), -1)
                 if any(d.message_id == live[-1].message_id for d in deferred):
                     return
             else:
@@ -259,11 +320,11 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
             if not hasattr(self, "path"):
                 return
             for path, handle in (("q", self.receivers[0]), ("q/$DeadLetterQueue", self.dead_letter_receiver)):
-                seen = [(m.message_id, m.state, m.delivery_count) for m in self.target.peek(handle, 250, 1)]
+                seen = [(m.message_id, m.state, m.delivery_count) for m in self._target_all(handle)]
                 self._sync()
                 want = [
                     (d.message_id, "deferred" if str(d.state) == "deferred" else "active", d.delivery_count)
-                    for d in self.model.peek(path, 1, 250)
+                    for d in self._model_all(path)
                 ]
                 if seen != want:
                     raise Divergence(f"peek {path}: target shows {seen}, the model {want}")

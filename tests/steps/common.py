@@ -28,6 +28,8 @@ def world(sb_target):
     w = World(sb_target)
     yield w
     w.close()
+    for extra in getattr(w, "extra_targets", []):
+        extra.close()
     if not w.error_checked:
         raise AssertionError(f"the scenario ended with an error no step checked: {w.error}")
 

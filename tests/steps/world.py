@@ -178,9 +178,18 @@ class World:
             out.extend(batch)
         self.record(name, out)
 
-    def peek_all(self, ref: str, max_count: int = 250) -> list[Received]:
+    def peek_all(self, ref: str, page: int = 250) -> list[Received]:
+        """Every message, peeking on from the last sequence number seen until a peek
+        comes back empty (a partitioned entity answers one partition at a time)."""
         self.require_no_pending_error()
-        found = self.target.peek(self.peeker(ref), max_count, 1)
+        found: list[Received] = []
+        start = 1
+        while True:
+            batch = self.target.peek(self.peeker(ref), page, start)
+            if not batch:
+                break
+            found.extend(batch)
+            start = max(m.sequence_number for m in batch) + 1
         for m in found:
             self.sequence_numbers.setdefault(m.message_id, m.sequence_number)
         return found

@@ -1,0 +1,640 @@
+"""Partitioned queues and topics (seed 003, clauses PART-*).
+
+A partitioned entity is several partitions, each with its own store and its own broker
+(PART-STRUCT-001): here, each partition is an ordinary ``MessageStore`` (the settlement
+state machine, reused as is) plus its own sequence counter and duplicate detection.
+``PartitionedStore`` puts the partitions behind the interface of a single store, so the
+namespace serves a partitioned queue exactly as a plain one (PART-RECV-003).
+
+Where Service Bus leaves the choice open, the model says what is allowed and takes a
+``choose`` argument; the defaults are the reference's own deterministic policy:
+
+- which partition an unkeyed message goes to: any available one (PART-DISC-001);
+  by default round-robin, skipping unavailable partitions (PART-NOKEY-001/002);
+- which partition a key maps to: a fixed function of the key that the broker picks
+  (PART-KEY-006); the model uses CRC-32 of the key, and once a key has a partition it
+  keeps it;
+- which partition answers a receive first: the head of any available partition
+  (PART-RECV-001); by default the partitions take turns (round-robin);
+- which partition a peek reads: any partition at or after the one the requested
+  sequence number belongs to (PART-PEEK-002); by default the first such.
+
+Sequence numbers carry the partition in their top 16 bits, as on Azure: ``partition <<
+48 | n``, with ``n`` counting per partition (PART-SEQ-001).
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from typing import Callable, Iterable, Sequence
+
+from .clock import NEVER, TIMESPAN_MAX
+from .dedup import DuplicateDetection
+from .entity import PING_CONTENT_TYPE, Entity, EntityDescription, FanOut, effective_time_to_live, expiry
+from .errors import ErrorCode, ServiceBusError
+from .message import Delivery, Message, State, StoredMessage
+from .store import PEEK_LOCK, MessageStore
+
+#: Basic and Standard namespaces always create 16 partitions (PART-STRUCT-002).
+STANDARD_PARTITION_COUNT = 16
+#: Premium partition counts documented as allowed (PART-STRUCT-003).
+PREMIUM_PARTITION_COUNTS = (1, 2, 4)
+#: At most this many partitioned queues and topics per Basic/Standard namespace (PART-LIMIT-002).
+MAX_PARTITIONED_ENTITIES = 100
+
+SEQUENCE_BITS = 48
+_LOW = (1 << SEQUENCE_BITS) - 1
+#: Lock tokens of partition stores carry their partition: ``token % TOKEN_STRIDE``.
+TOKEN_STRIDE = 64
+
+Chooser = Callable[[list[int]], int]
+
+
+# ----------------------------------------------------------- pure functions
+
+
+def sequence_number(partition: int, n: int) -> int:
+    return (partition << SEQUENCE_BITS) | n
+
+
+def partition_of(sequence: int) -> int:
+    return sequence >> SEQUENCE_BITS
+
+
+def partition_key(message: Message, duplicate_detection: bool) -> str | None:
+    """The key that pins a message to a partition, or ``None`` (PART-KEY-001..005).
+
+    SessionId first; else PartitionKey; else MessageId, but only with duplicate
+    detection. A PartitionKey that differs from the SessionId is refused.
+    """
+    if message.session_id is not None:
+        if message.partition_key is not None and message.partition_key != message.session_id:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                f"The PartitionKey '{message.partition_key}' of the message is different from its "
+                f"SessionId '{message.session_id}'; they must be identical.",
+            )
+        return message.session_id
+    if message.partition_key is not None:
+        return message.partition_key
+    if duplicate_detection:
+        return message.message_id
+    return None
+
+
+def key_hash(key: str, partitions: int) -> int:
+    """The reference's own key -> partition function (stable across runs and machines)."""
+    return zlib.crc32(key.encode("utf-8")) % partitions
+
+
+# --------------------------------------------------------------- the stores
+
+
+class PartitionedStore:
+    """N partition stores behind the interface of one ``MessageStore``.
+
+    Used for a partitioned queue, a subscription of a partitioned topic, and their
+    dead-letter queues. Every operation finds the partition it concerns (by lock token,
+    by sequence number, by session) or, for a receive, asks every available partition.
+    """
+
+    def __init__(self, owner: "PartitionedEntity", partitions: list[MessageStore], is_dead_letter: bool = False) -> None:
+        self.owner = owner
+        self.partitions = partitions
+        self.is_dead_letter = is_dead_letter
+        self.path = partitions[0].path
+        self.requires_session = partitions[0].requires_session
+        self.dead_letter_queue: PartitionedStore | None = None
+        self.parent: PartitionedStore | None = None
+        self.turn = 0  # the partition that answers the next receive first, by default
+        if not is_dead_letter:
+            self.dead_letter_queue = PartitionedStore(owner, [p.dead_letter_queue for p in partitions], True)
+            self.dead_letter_queue.parent = self
+
+    # -- finding the partition
+    def _up(self, index: int) -> MessageStore:
+        self.owner.require_available(index)
+        return self.partitions[index]
+
+    def _by_token(self, lock_token: int) -> MessageStore:
+        index = lock_token % TOKEN_STRIDE
+        partitions = self.partitions
+        if index >= len(partitions):
+            return partitions[0]  # not a token of ours: any partition answers "lock lost"
+        if not self.owner.available[index]:
+            self.owner.require_available(index)  # raises
+        return partitions[index]
+
+    def _by_session(self, session_id: str) -> MessageStore:
+        return self._up(self.owner.partition_for_key(session_id))
+
+    def available_partitions(self) -> list[int]:
+        return [i for i in range(len(self.partitions)) if self.owner.available[i]]
+
+    # -- time
+    def tick(self, now: int) -> None:
+        for store in self.partitions:
+            store.tick(now)
+
+    def next_due(self) -> int | None:
+        times = [t for t in (s.next_due() for s in self.partitions) if t is not None]
+        return min(times) if times else None
+
+    # -- receive
+    def allowed_heads(self, now: int) -> list[int]:
+        """Partitions whose head a receive may return now (PART-RECV-001), oldest head first."""
+        heads = []
+        for index in self.available_partitions():
+            head = self.partitions[index].available_head(now)
+            if head is not None:
+                heads.append((head.enqueued_time, index))
+        return [index for _, index in sorted(heads)]
+
+    def receive(
+        self,
+        now: int,
+        holder: int,
+        max_count: int,
+        mode: str,
+        session_id: str | None = None,
+        choose: Chooser | None = None,
+    ) -> list[Delivery]:
+        """Each message comes from the head of some available partition (PART-RECV-001);
+        the others stay where they are for later receives (PART-RECV-002)."""
+        if session_id is not None or self.requires_session:
+            if session_id is None:
+                return self.partitions[0].receive(now, holder, max_count, mode, None)  # the usual error
+            return self._by_session(session_id).receive(now, holder, max_count, mode, session_id)
+        out: list[Delivery] = []
+        while len(out) < max_count:
+            if choose is None:
+                got = self._take_in_turn(now, holder, mode)
+                if got is None:
+                    break
+                out.append(got)
+                continue
+            else:
+                allowed = self.allowed_heads(now)
+                if not allowed:
+                    break
+                index = choose(allowed)
+                if index not in allowed:
+                    raise ValueError(f"choose() picked partition {index}, not among the allowed {allowed}")
+            out.extend(self.partitions[index].receive(now, holder, 1, mode))
+            self.turn = (index + 1) % len(self.partitions)
+        return out
+
+    def _take_in_turn(self, now: int, holder: int, mode: str) -> Delivery | None:
+        """The reference's own answer: the first available partition with a message
+        ready answers, starting from the one whose turn it is."""
+        partitions = self.partitions
+        n = len(partitions)
+        available = self.owner.available
+        turn = self.turn
+        for step in range(n):
+            index = (turn + step) % n
+            store = partitions[index]
+            if not available[index]:
+                continue
+            if now >= store._due:
+                store.tick(now)
+            if store.lane.available:
+                got = store.receive(now, holder, 1, mode)
+                if got:
+                    self.turn = (index + 1) % n
+                    return got[0]
+        return None
+
+    # -- settlement
+    def complete(self, now: int, holder: int, lock_token: int) -> None:
+        self._by_token(lock_token).complete(now, holder, lock_token)
+
+    def abandon(self, now: int, holder: int, lock_token: int) -> None:
+        self._by_token(lock_token).abandon(now, holder, lock_token)
+
+    def defer(self, now: int, holder: int, lock_token: int) -> None:
+        self._by_token(lock_token).defer(now, holder, lock_token)
+
+    def dead_letter(self, now: int, holder: int, lock_token: int, reason: str | None = None, description: str | None = None) -> None:
+        self._by_token(lock_token).dead_letter(now, holder, lock_token, reason, description)
+
+    def renew_lock(self, now: int, holder: int, lock_token: int) -> int:
+        return self._by_token(lock_token).renew_lock(now, holder, lock_token)
+
+    def receive_deferred(
+        self, now: int, holder: int, sequence_numbers: Iterable[int], mode: str, session_id: str | None = None
+    ) -> list[Delivery]:
+        wanted = list(sequence_numbers)
+        by_partition: dict[int, list[int]] = {}
+        for seq in wanted:
+            index = partition_of(seq)
+            if index >= len(self.partitions):
+                raise ServiceBusError(ErrorCode.MESSAGE_NOT_FOUND, f"No deferred message with sequence number {seq}.")
+            self.owner.require_available(index)
+            by_partition.setdefault(index, []).append(seq)
+        for index, seqs in by_partition.items():  # all or none: check before taking any
+            for seq in seqs:
+                msg = self.partitions[index].messages.get(seq)
+                if msg is None or msg.state is not State.DEFERRED:
+                    raise ServiceBusError(ErrorCode.MESSAGE_NOT_FOUND, f"No deferred message with sequence number {seq}.")
+        found: dict[int, Delivery] = {}
+        for index, seqs in by_partition.items():
+            for d in self.partitions[index].receive_deferred(now, holder, seqs, mode, session_id):
+                found[d.sequence_number] = d
+        return [found[seq] for seq in wanted]
+
+    # -- peek
+    def allowed_peek_partitions(self, now: int, from_sequence_number: int, session_id: str | None = None) -> list[int]:
+        """Partitions a peek from this number may read (PART-PEEK-002): those at or after
+        the number's own partition that hold a message at or after it."""
+        first = partition_of(max(from_sequence_number, 0))
+        out = []
+        for index in self.available_partitions():
+            if index < first:
+                continue
+            store = self.partitions[index]
+            store.tick(now)
+            if any(seq >= from_sequence_number and (session_id is None or m.session_id == session_id)
+                   for seq, m in store.messages.items()):
+                out.append(index)
+        return out
+
+    def peek(
+        self,
+        now: int,
+        from_sequence_number: int,
+        max_count: int,
+        session_id: str | None = None,
+        choose: Chooser | None = None,
+        scheduled: Sequence[Delivery] = (),
+    ) -> list[Delivery]:
+        """One partition's messages from ``from_sequence_number`` on: possibly fewer than
+        asked even though other partitions hold more (PART-PEEK-003)."""
+        if session_id is not None:
+            index = self.owner.partition_for_key(session_id)
+            self.owner.require_available(index)
+            allowed = [index]
+        else:
+            allowed = self.allowed_peek_partitions(now, from_sequence_number)
+            for d in scheduled:
+                index = partition_of(d.sequence_number)
+                if d.sequence_number >= from_sequence_number and index not in allowed and self.owner.available[index]:
+                    allowed.append(index)
+            allowed.sort()
+        if not allowed:
+            return []
+        index = choose(allowed) if choose is not None else allowed[0]
+        found = self.partitions[index].peek(now, from_sequence_number, max_count, session_id)
+        extra = [d for d in scheduled if partition_of(d.sequence_number) == index and d.sequence_number >= from_sequence_number]
+        if extra:
+            found = sorted(found + extra, key=lambda d: d.sequence_number)[:max_count]
+        return found
+
+    # -- sessions
+    def accept_session(self, now: int, holder: int, session_id: str):
+        return self._by_session(session_id).accept_session(now, holder, session_id)
+
+    def available_sessions(self, now: int) -> list[str]:
+        ready = []
+        for index in self.available_partitions():
+            store = self.partitions[index]
+            for sid in store.available_sessions(now):
+                head = store.sessions[sid].head(store.messages)
+                ready.append((head.enqueued_time, head.sequence_number, sid))
+        return [sid for *_, sid in sorted(ready)]
+
+    def renew_session_lock(self, now: int, holder: int, session_id: str) -> int:
+        return self._by_session(session_id).renew_session_lock(now, holder, session_id)
+
+    def release_session(self, now: int, holder: int, session_id: str) -> None:
+        self._by_session(session_id).release_session(now, holder, session_id)
+
+    def get_session_state(self, now: int, holder: int, session_id: str) -> bytes | None:
+        return self._by_session(session_id).get_session_state(now, holder, session_id)
+
+    def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None) -> None:
+        self._by_session(session_id).set_session_state(now, holder, session_id, state)
+
+    # -- connections, counts
+    def drop_holder(self, now: int, holder: int) -> None:
+        for store in self.partitions:
+            store.drop_holder(now, holder)
+
+    def counts(self) -> dict[str, int]:
+        """Summed over the partitions that answer (PART-MGMT-003)."""
+        total = {"active": 0, "deferred": 0, "dead_letter": 0}
+        for index in self.available_partitions():
+            for key, value in self.partitions[index].counts().items():
+                total[key] += value
+        return total
+
+    @property
+    def messages(self) -> dict[int, StoredMessage]:
+        """Every live message of every partition (for inspection; not a hot path)."""
+        out: dict[int, StoredMessage] = {}
+        for store in self.partitions:
+            out.update(store.messages)
+        return out
+
+    @property
+    def locks(self) -> dict[int, StoredMessage]:
+        out: dict[int, StoredMessage] = {}
+        for store in self.partitions:
+            out.update(store.locks)
+        return out
+
+
+# -------------------------------------------------------------- the entities
+
+
+class PartitionedEntity(Entity):
+    """The sending side of a partitioned queue or topic."""
+
+    partitioned = True
+
+    def __init__(
+        self,
+        path: str,
+        description: EntityDescription,
+        next_lock_token: Callable[[], int],
+        partition_count: int,
+    ) -> None:
+        super().__init__(path, description, next_lock_token)
+        self.duplicates = None  # duplicate detection lives in each partition (PART-DUP-001)
+        self.partition_count = partition_count
+        self.available = [True] * partition_count
+        self.counters = [0] * partition_count
+        self.partition_duplicates = [
+            DuplicateDetection(description.duplicate_detection_history_time_window)
+            if description.requires_duplicate_detection else None
+            for _ in range(partition_count)
+        ]
+        self.rotation = 0  # where round-robin continues (PART-NOKEY-001)
+        self.pinned: dict[str, int] = {}  # key -> its partition, once chosen (PART-KEY-006)
+
+    def tokens_for(self, index: int) -> Callable[[], int]:
+        """Lock tokens for partition ``index``: unique, and telling their partition."""
+        shared = self.next_lock_token
+        return lambda: shared() * TOKEN_STRIDE + index
+
+    # -- availability (fault injection: PART-AVAIL-*, PART-MGMT-002/004)
+    def set_partition_available(self, index: int, available: bool) -> None:
+        if not 0 <= index < self.partition_count:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"'{self.path}' has no partition {index} (it has {self.partition_count})")
+        self.available[index] = available
+
+    def require_available(self, index: int) -> None:
+        if not self.available[index]:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_UNAVAILABLE,
+                f"Partition {index} of '{self.path}' is temporarily unavailable.",
+                transient=True,
+            )
+
+    def require_all_available(self, operation: str) -> None:
+        down = [i for i, up in enumerate(self.available) if not up]
+        if down:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_UNAVAILABLE,
+                f"Cannot {operation} '{self.path}': partition(s) {down} are unavailable, and the operation must reach every partition.",
+                transient=True,
+            )
+
+    @property
+    def availability_status(self) -> str:
+        return "available" if all(self.available) else "limited"
+
+    # -- choosing a partition
+    def partition_for_key(self, key: str) -> int:
+        """A key's partition: the one it was pinned to, or the reference's hash."""
+        index = self.pinned.get(key)
+        return index if index is not None else key_hash(key, self.partition_count)
+
+    def allowed_partitions(self, key: str | None) -> list[int]:
+        """Where a message with this key may go now (in the default's order).
+
+        Keyed: the partition the key is pinned to, and an error if that partition is
+        down (PART-KEY-008). A key seen for the first time may go to any partition (the
+        broker's key function is its own: PART-KEY-006), the reference's hash first; the
+        reference refuses it when its hash names a partition that is down.
+        Unkeyed: every available partition, in round-robin order from where the last
+        unkeyed message went (PART-NOKEY-001/002); an error only if all are down.
+        """
+        if key is not None:
+            index = self.pinned.get(key)
+            if index is not None:
+                self.require_available(index)
+                return [index]
+            own = key_hash(key, self.partition_count)
+            self.require_available(own)
+            return [own] + [i for i in range(self.partition_count) if i != own and self.available[i]]
+        n = self.partition_count
+        allowed = [(self.rotation + i) % n for i in range(n) if self.available[(self.rotation + i) % n]]
+        if not allowed:
+            raise ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, f"No partition of '{self.path}' is available.", transient=True)
+        return allowed
+
+    def _choose(self, key: str | None, choose: Chooser | None) -> int:
+        if choose is None:
+            index = self._default_partition(key)
+        else:
+            allowed = self.allowed_partitions(key)
+            index = choose(allowed)
+            if index not in allowed:
+                raise ValueError(f"choose() picked partition {index}, not among the allowed {allowed}")
+        if key is None:
+            self.rotation = (index + 1) % self.partition_count
+        else:
+            self.pinned.setdefault(key, index)
+        return index
+
+    def _default_partition(self, key: str | None) -> int:
+        """The reference's own choice: the first of ``allowed_partitions(key)``,
+        found without listing them."""
+        available = self.available
+        if key is None:
+            n = self.partition_count
+            for step in range(n):
+                index = (self.rotation + step) % n
+                if available[index]:
+                    return index
+            return self.allowed_partitions(None)[0]  # none available: the error
+        index = self.pinned.get(key)
+        if index is None:
+            index = key_hash(key, self.partition_count)
+        self.require_available(index)
+        return index
+
+    # -- sending
+    def accept(self, messages: list[Message], now: int, choose: Chooser | None = None) -> list[int | None]:
+        """A batch is one transfer and goes to one partition: its messages must share a
+        partition key (or all have none)."""
+        if self.schedule_order:
+            self.tick(now)
+        sizes = self.check(messages, now)
+        detection = self.description.requires_duplicate_detection
+        if len(messages) == 1:
+            m = messages[0]
+            if m.session_id is None and m.partition_key is None and not detection:
+                if choose is None and m.scheduled_enqueue_time is None:  # the common case, unkeyed
+                    index = self.rotation
+                    if not self.available[index]:
+                        index = self._default_partition(None)
+                    self.rotation = (index + 1) % self.partition_count
+                    self.counters[index] += 1
+                    seq = (index << SEQUENCE_BITS) | self.counters[index]
+                    self.deliver_to(index, m, seq, now, sizes[0])
+                    return [seq]
+                keys = {None}
+            else:
+                keys = {partition_key(m, detection)}
+        else:
+            keys = {partition_key(m, detection) for m in messages}
+        if len(keys) > 1:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                "All messages of a batch sent to a partitioned entity must have the same partition key.",
+            )
+        index = self._choose(keys.pop(), choose)
+        out: list[int | None] = []
+        for message, size in zip(messages, sizes):
+            if self._is_duplicate(index, message, now):
+                out.append(None)
+                continue
+            when = message.scheduled_enqueue_time
+            if when is not None and when > now:
+                out.append(self._hold_scheduled_in(index, message, size, when))
+                continue
+            seq = self._next_sequence(index)
+            self.deliver_to(index, message, seq, now, size)
+            out.append(seq)
+        return out
+
+    def _is_duplicate(self, index: int, message: Message, now: int) -> bool:
+        """PART-DUP-001: uniqueness is MessageId plus PartitionKey, judged per partition."""
+        detector = self.partition_duplicates[index]
+        if detector is None or message.message_id is None:
+            return False
+        key = f"{message.message_id}\x00{message.partition_key or ''}"
+        if detector.is_duplicate(key, now):
+            return True
+        detector.record(key, now)
+        return False
+
+    def _next_sequence(self, index: int) -> int:
+        self.counters[index] += 1
+        return sequence_number(index, self.counters[index])
+
+    def schedule(self, messages: list[Message], enqueue_time: int, now: int, choose: Chooser | None = None) -> list[int]:
+        self.tick(now)
+        sizes = self.check(messages, now)
+        out = []
+        for message, size in zip(messages, sizes):
+            index = self._choose(partition_key(message, self.description.requires_duplicate_detection), choose)
+            if self._is_duplicate(index, message, now):
+                continue
+            if enqueue_time <= now:
+                seq = self._next_sequence(index)
+                self.deliver_to(index, message, seq, now, size)
+                out.append(seq)
+            else:
+                out.append(self._hold_scheduled_in(index, message, size, enqueue_time))
+        return out
+
+    def _hold_scheduled_in(self, index: int, message: Message, size: int, enqueue_time: int) -> int:
+        seq = self._next_sequence(index)
+        held = StoredMessage(message.with_changes(scheduled_enqueue_time=enqueue_time), seq, enqueue_time, NEVER, size, State.SCHEDULED, partition=index)
+        self.scheduled[seq] = held
+        heapq.heappush(self.schedule_order, (enqueue_time, seq))
+        self.bytes += size
+        return seq
+
+    def tick(self, now: int) -> None:
+        """Scheduled messages materialise in their own partition with a new number."""
+        order = self.schedule_order
+        while order and order[0][0] <= now:
+            when, seq = heapq.heappop(order)
+            held = self.scheduled.pop(seq, None)
+            if held is None:
+                continue
+            self.bytes -= held.size
+            index = partition_of(seq)
+            self.deliver_to(index, held.message, self._next_sequence(index), when, held.size)
+
+    def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
+        self.deliver_to(partition_of(seq), message, seq, now, size)
+
+    def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
+        raise NotImplementedError
+
+    def stored(self, message: Message, seq: int, now: int, size: int, index: int, *ceilings: int) -> StoredMessage:
+        if message.time_to_live is None and not ceilings and self.description.default_message_time_to_live >= TIMESPAN_MAX:
+            return StoredMessage(message, seq, now, NEVER, size, partition=index)  # never expires (the usual case)
+        ttl = effective_time_to_live(message.time_to_live, self.description.default_message_time_to_live, *ceilings)
+        return StoredMessage(message, seq, now, expiry(now, ttl), size, partition=index)
+
+
+class PartitionedQueue(PartitionedEntity):
+    kind = "queue"
+
+    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int], partition_count: int) -> None:
+        super().__init__(path, description, next_lock_token, partition_count)
+        self.store = PartitionedStore(self, [self._new_store(path, description, self.tokens_for(i)) for i in range(partition_count)])
+
+    def requires_session_on_send(self) -> bool:
+        return self.description.requires_session
+
+    def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
+        if message.content_type == PING_CONTENT_TYPE:
+            return  # PAIR-PING-003
+        store = self.store.partitions[index]
+        if self.description.forward_to is not None and self.forward(message, seq, now, store):
+            return
+        self.bytes += size
+        store.tick(now)
+        store.enqueue(self.stored(message, seq, now, size, index))
+
+
+class PartitionedSubscription:
+    kind = "subscription"
+
+    def __init__(self, topic: "PartitionedTopic", name: str, description: EntityDescription) -> None:
+        self.topic = topic
+        self.name = name
+        self.path = f"{topic.path}/Subscriptions/{name}"
+        self.description = description
+        self.store = PartitionedStore(topic, [topic._new_store(self.path, description, topic.tokens_for(i)) for i in range(topic.partition_count)])
+
+
+class PartitionedTopic(FanOut, PartitionedEntity):
+    kind = "topic"
+
+    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int], partition_count: int) -> None:
+        super().__init__(path, description, next_lock_token, partition_count)
+        self.subscriptions: dict[str, PartitionedSubscription] = {}
+        self.copies: dict[int, int] = {}
+
+    def add_subscription(self, name: str, description: EntityDescription) -> PartitionedSubscription:
+        key = name.lower()
+        if key in self.subscriptions:
+            raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The subscription '{name}' already exists in topic '{self.path}'.")
+        sub = self.subscriptions[key] = PartitionedSubscription(self, name, description)
+        return sub
+
+    def remove_subscription(self, name: str) -> None:
+        sub = self.subscriptions.pop(name.lower(), None)
+        if sub is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"No subscription '{name}' in topic '{self.path}'.")
+        for store in sub.store.partitions:
+            self.stores.remove(store)
+            for s in (store, store.dead_letter_queue):
+                for msg in list(s.messages.values()):
+                    self._released(msg)
+
+    def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
+        self.fan_out(
+            message, seq, now, size,
+            store_of=lambda sub: sub.store.partitions[index],
+            stored_of=lambda sub: self.stored(message, seq, now, size, index, sub.description.default_message_time_to_live),
+        )
