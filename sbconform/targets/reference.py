@@ -11,6 +11,7 @@ target asks a ``choose`` policy; by default the first allowed outcome the model 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Callable, Sequence
 
 from reference import (
@@ -43,6 +44,7 @@ CAPABILITIES = frozenset(
         "entity-management",
         "model-internals",
         "entity-outage",
+        "paired-namespaces",
     }
 )
 
@@ -70,6 +72,10 @@ def received_from(delivery: Delivery, raw: Any = None) -> Received:
         scheduled_enqueue_time=message.scheduled_enqueue_time,
         application_properties=delivery.application_properties,
         partition=delivery.partition,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        to=message.to,
+        reply_to=message.reply_to,
         raw=raw,
     )
 
@@ -104,6 +110,21 @@ class ReferenceTarget(Target):
 
     def entity_counts(self, path: str) -> dict[str, int]:
         return self.namespace.runtime_info(path)
+
+    def describe_entity(self, path: str) -> dict[str, Any]:
+        return asdict(self.namespace.describe(path))
+
+    # ------------------------------------------------------- paired namespaces
+    def namespace_name(self) -> str:
+        return self.namespace.name
+
+    def share_clock(self, other: Target) -> None:
+        """Both namespaces run on one virtual clock (the later of the two)."""
+        if not isinstance(other, ReferenceTarget) or other.namespace.clock is self.namespace.clock:
+            return
+        shared = other.namespace.clock
+        shared.advance_to(self.namespace.clock.now)
+        self.namespace.clock = shared
 
     # ---------------------------------------------------------------- clients
     def sender(self, path: str) -> Handle:
