@@ -59,6 +59,7 @@ class Operation:
     path: str
     messages: tuple[Message | Received, ...]
     ok: bool
+    who: str = ""  # who issued it (a factory's name, "application"...), if the meter was told
 
     @property
     def message_ids(self) -> list[str | None]:
@@ -72,40 +73,78 @@ class Meter:
     def for_message(self, message_id: str) -> list[Operation]:
         return [op for op in self.operations if op.ok and message_id in op.message_ids]
 
-    def sends(self, role: str, path: str | None = None) -> list[Operation]:
-        return [
-            op for op in self.operations
-            if op.role == role and op.kind == "send" and (path is None or op.path.lower() == path.lower())
-        ]
+    def by(self, who: str) -> list[Operation]:
+        return [op for op in self.operations if op.who == who]
 
 
 class MeteredTarget:
     """A target whose sends and receives are recorded in a ``Meter``; everything else
-    passes through unchanged."""
+    passes through unchanged.
 
-    def __init__(self, target: Target, role: str, meter: Meter) -> None:
+    Its senders attach their link at the first send, as the SDKs do: a sender made for an
+    entity that is unavailable at that moment fails on send, and that failed send is
+    recorded like any other.
+    """
+
+    def __init__(self, target: Target, role: str, meter: Meter, who: str = "") -> None:
         self._target = target
         self.role = role
         self.meter = meter
+        self.who = who
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
 
-    @property
-    def unwrapped(self) -> Target:
-        return unwrap(self._target)
-
     def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool) -> None:
-        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok))
+        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who))
+
+    # ---------------------------------------------------------- senders
+    def sender(self, path: str) -> Handle:
+        handle = Handle("sender", path)
+        try:
+            handle.private = self._target.sender(path)
+        except ServiceBusError:
+            handle.private = None  # attached at the first send
+        return handle
+
+    def _attached(self, sender: Handle) -> Handle:
+        if sender.private is None:
+            sender.private = self._target.sender(sender.path)
+        return sender.private
 
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
+        self._metered_send(sender, messages, lambda inner: self._target.send(inner, messages, batch))
+
+    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
+        self._metered_send(sender, messages, lambda inner: self._target.send_concurrently(inner, messages))
+
+    def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
+        self._metered_send(sender, messages, lambda inner: self._target.send_presettled(inner, messages))
+
+    def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
+        out: list[int] = []
+        self._metered_send(sender, messages, lambda inner: out.extend(self._target.schedule(inner, messages, enqueue_time)))
+        return out
+
+    def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
+        self._target.cancel_scheduled(self._attached(sender), sequence_numbers)
+
+    def _metered_send(self, sender: Handle, messages: Sequence[Message], operation: Callable[[Handle], Any]) -> None:
         try:
-            self._target.send(sender, messages, batch)
+            operation(self._attached(sender))
         except ServiceBusError:
             self._record("send", sender.path, messages, False)
             raise
         self._record("send", sender.path, messages, True)
 
+    def close_handle(self, handle: Handle) -> None:
+        if handle.kind == "sender":
+            if handle.private is not None:
+                self._target.close_handle(handle.private)
+            return
+        self._target.close_handle(handle)
+
+    # -------------------------------------------------------- receivers
     def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
         try:
             found = self._target.receive(receiver, max_count, max_wait)
