@@ -289,7 +289,11 @@ class PairedFactory:
         self.work()
         failover, entity = self.failover, client.path
         decision: Send | Fail = failover.start(client.id, entity, message, self.now(), self.choose)
+        attempts = 0
         while isinstance(decision, Send):
+            attempts += 1  # the primary, then each backlog queue at most once
+            if attempts > self.options.backlog_queue_count + 1:
+                raise AssertionError(f"the failover sender keeps answering {decision} for {message.message_id!r}")
             self.pair.require_open(decision.namespace)  # a closed factory is not an outage
             try:
                 self._send(decision)

@@ -42,7 +42,7 @@ Feature: Pings
     And factory "F" sends "m1" to "q"
     And the pairing runs for 10 seconds
     And the primary "q" recovers
-    When the pairing runs for 10 seconds
+    When the pairing runs for 5 seconds
     Then factory "F" pinged "q" 3 times
     When factory "F" sends "m2" to "q"
     And receiver "R" on "q" receives 5 messages
