@@ -254,3 +254,16 @@ def test_the_ping_scenarios_catch_a_broker_that_delivers_pings() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert "3 failed" in result.stdout, result.stdout[-2000:]
+
+
+def test_a_target_without_paired_namespaces_skips_the_client_clauses_but_not_the_broker_rule(tmp_path: Path) -> None:
+    """Tests the kit's grading, not a target: names no clause."""
+    run = sbconform("certify", "--target", "reference", "--option", "without=paired-namespaces", "--report-dir", str(tmp_path),
+                    "--", "tests/test_features.py", "-k", "ping")
+    assert run.returncode == 0, run.stdout + run.stderr
+    import json
+
+    clauses = json.loads((tmp_path / "report.json").read_text())["clauses"]
+    assert clauses["PAIR-PING-002"]["status"] == "pass"  # two of its scenarios need nothing paired
+    assert clauses["PAIR-PING-001"]["status"] == "skip"
+    assert "lacks capability 'paired-namespaces'" in clauses["PAIR-PING-001"]["reason"]

@@ -1,4 +1,3 @@
-@needs:paired-namespaces
 Feature: Pings
   A failed-over entity is pinged every PingPrimaryInterval until a ping is delivered; the
   broker never hands a ping to a receiver.
