@@ -21,7 +21,7 @@ client sent (PAIR-PING-001).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
@@ -167,22 +167,14 @@ def unwrap(target: Any) -> Target:
 # ----------------------------------------------------------------- messages
 
 
+#: What a sender sets on a message, all of which a ``Received`` reports back.
+SENDER_FIELDS = tuple(f.name for f in fields(Message) if f.init and f.name != "application_properties")
+
+
 def message_of(received: Received) -> Message:
     """What a sender would have to send to reproduce ``received`` (its user properties)."""
-    return Message(
-        body=received.body,
-        message_id=received.message_id,
-        session_id=received.session_id,
-        partition_key=received.partition_key,
-        time_to_live=received.time_to_live,
-        scheduled_enqueue_time=received.scheduled_enqueue_time,
-        content_type=received.content_type,
-        correlation_id=received.correlation_id,
-        subject=received.subject,
-        to=received.to,
-        reply_to=received.reply_to,
-        application_properties=dict(received.application_properties),
-    )
+    values = {name: getattr(received, name) for name in SENDER_FIELDS}
+    return Message(**values, application_properties=dict(received.application_properties))
 
 
 # ------------------------------------------------------------------ factory
@@ -286,6 +278,8 @@ class PairedFactory:
     def send(self, client: PairedClient, message: Message) -> str:
         """Send one message through the failover sender; returns the path it went to
         (the entity's, or a backlog queue's). Raises what the caller must see."""
+        if not self.paired:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, "The factory is not paired yet: call pair_namespace() first.")
         self.work()
         failover, entity = self.failover, client.path
         decision: Send | Fail = failover.start(client.id, entity, message, self.now(), self.choose)
@@ -375,14 +369,16 @@ class PairedFactory:
     def _move(self, receiver: Handle, decision: Forward | DeadLetter) -> None:
         secondary = self.targets[SECONDARY]
         if isinstance(decision, DeadLetter):
-            secondary.dead_letter(receiver, decision.handle, decision.reason, decision.description)
+            _quietly(secondary.dead_letter, receiver, decision.handle, decision.reason, decision.description)
             return
         try:
             self._send(Send(PRIMARY, decision.destination, decision.message))
         except ServiceBusError:
             self.syphon.forward_failed(decision.backlog_index, decision.handle.locked_until)
             return
-        secondary.complete(receiver, decision.handle)
+        # If the lock was lost meanwhile (a slow broker), the message comes back and is moved
+        # again: at least once, and duplicate detection on the destination drops the copy.
+        _quietly(secondary.complete, receiver, decision.handle)
 
     # -------------------------------------------------------- close/fault
 

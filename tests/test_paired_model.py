@@ -113,11 +113,20 @@ def test_rewriting_for_the_backlog_and_back_restores_the_message(message: Messag
 
 
 @pytest.mark.clauses("PAIR-SIZE-001")
-def test_rewriting_makes_a_message_larger() -> None:
+def test_a_message_too_large_once_rewritten_gets_a_clear_size_error_and_the_queue_stays() -> None:
     from reference import message_size
 
-    m = Message(b"x" * 100, message_id="m", session_id="s")
+    m = Message(b"x" * 100, message_id="big", session_id="s")
     assert message_size(to_backlog(m, "q")) > message_size(m)
+    f = FailoverSender(PairedNamespaceOptions(backlog_queue_count=1, failover_interval=0), "ns")
+    down = ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, "down", transient=False)
+    to_backlog_send = f.failed("c", "q", m, f.start("c", "q", m, 0), down, 0)
+    too_big = ServiceBusError(ErrorCode.MESSAGE_SIZE_EXCEEDED, "The message of 262200 bytes exceeds 262144 bytes.", "t-1")
+    error = f.failed("c", "q", m, to_backlog_send, too_big, 0).error
+    assert error.code is ErrorCode.MESSAGE_SIZE_EXCEEDED and error.tracking_id == "t-1" and not error.transient
+    for part in ("'q'", "'big'", "ns/x-servicebus-transfer/0", "262200 bytes"):
+        assert part in error.text, error.text
+    assert f.backlog_choices() == [0]
 
 
 # ------------------------------------------------------------------ failover

@@ -158,8 +158,14 @@ class FailoverSender:
             # The interval has passed (at once if it is zero): this message is the first
             # to go to the backlog (PAIR-DISC-006).
             return self._to_backlog(client, entity, message, choose, error)
-        if error.code is ErrorCode.MESSAGE_SIZE_EXCEEDED:
-            return Fail(error)  # PAIR-SIZE-001: the rewritten message does not fit; the queue is fine
+        if error.code is ErrorCode.MESSAGE_SIZE_EXCEEDED:  # PAIR-SIZE-001: the queue is fine
+            return Fail(ServiceBusError(
+                ErrorCode.MESSAGE_SIZE_EXCEEDED,
+                f"'{entity}' has failed over and message {message.message_id!r}, rewritten for backlog queue "
+                f"'{send.path}' (x-ms-* properties added), no longer fits: {error.text}",
+                error.tracking_id,
+                transient=False,
+            ))
         self._pull(send.backlog_index)  # PAIR-ROUTE-002
         return self._to_backlog(client, entity, message, choose, error)
 
