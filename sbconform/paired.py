@@ -223,8 +223,10 @@ class PairedFactory:
         secondary: Target,
         options: PairedNamespaceOptions | None = None,
         choose: Choose | None = None,
+        syphon_batch: int = SYPHON_BATCH,
     ) -> None:
         self.options = options if options is not None else PairedNamespaceOptions()
+        self.syphon_batch = syphon_batch
         secondary.share_clock(primary)
         self.targets = {PRIMARY: primary, SECONDARY: secondary}
         self.choose = choose
@@ -357,14 +359,16 @@ class PairedFactory:
         syphon.tick(self.now())
         secondary = self.targets[SECONDARY]
         for index, path in enumerate(self.backlog_paths):
-            try:
-                receiver = self._receivers.get(index) or self._receivers.setdefault(index, secondary.receiver(path, PEEK_LOCK))
-                found = secondary.receive(receiver, SYPHON_BATCH, 0)
-            except ServiceBusError:
-                continue  # the backlog queue is unavailable: its poll goes on
-            decisions = syphon.received(index, [(message_of(r), r) for r in found], self.now())
-            for decision in decisions:
-                self._move(receiver, decision)
+            while True:  # a poll that returns messages is followed at once by the next one
+                try:
+                    receiver = self._receivers.get(index) or self._receivers.setdefault(index, secondary.receiver(path, PEEK_LOCK))
+                    found = secondary.receive(receiver, self.syphon_batch, 0)
+                except ServiceBusError:
+                    break  # the backlog queue is unavailable: its poll goes on
+                if not found:
+                    break  # the poll waits
+                for decision in syphon.received(index, [(message_of(r), r) for r in found], self.now()):
+                    self._move(receiver, decision)
 
     def _move(self, receiver: Handle, decision: Forward | DeadLetter) -> None:
         secondary = self.targets[SECONDARY]

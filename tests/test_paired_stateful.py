@@ -60,7 +60,8 @@ def paired_machine(new_target: Callable[[], Target]) -> type[RuleBasedStateMachi
             pick = random.Random(seed).choice
             self.factories = {
                 "sender": PairedFactory(self.primary, self.secondary, PairedNamespaceOptions(count, failover, ping, False), pick),
-                "syphon": PairedFactory(self.primary, self.secondary, PairedNamespaceOptions(count, failover, ping, True), pick),
+                # small receive batches, so that emptying a queue takes several receives
+                "syphon": PairedFactory(self.primary, self.secondary, PairedNamespaceOptions(count, failover, ping, True), pick, 3),
             }
             for factory in self.factories.values():
                 factory.pair_namespace()
@@ -303,7 +304,26 @@ def _first_ping_late(monkeypatch) -> None:
     monkeypatch.setattr(PingTask, "start", classmethod(lambda cls, now, interval: cls(interval, now + 2 * interval)))
 
 
+def _one_batch_per_wake_up(monkeypatch) -> None:
+    from reference.paired import SECONDARY
+
+    def run_syphon(self):
+        self.syphon.tick(self.now())
+        secondary = self.targets[SECONDARY]
+        for index, path in enumerate(self.backlog_paths):
+            try:
+                receiver = self._receivers.get(index) or self._receivers.setdefault(index, secondary.receiver(path))
+                found = secondary.receive(receiver, self.syphon_batch, 0)
+            except ServiceBusError:
+                continue
+            for decision in self.syphon.received(index, [(message_of(r), r) for r in found], self.now()):
+                self._move(receiver, decision)
+
+    monkeypatch.setattr(PairedFactory, "_run_syphon", run_syphon)
+
+
 PLANTED = {
+    "syphon-takes-one-batch-per-wake-up": _one_batch_per_wake_up,
     "syphon-forgets-the-session": _drop_session,
     "syphon-completes-before-forwarding": _complete_before_forwarding,
     "syphon-forwards-twice": _forward_twice,

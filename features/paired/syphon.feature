@@ -33,6 +33,16 @@ Feature: The syphon
     Then peeking "t/Subscriptions/s" shows "m2"
     And the backlog queues hold nothing
 
+  @PAIR-SYPH-002 @needs:virtual-time
+  Scenario: The syphon empties a backlog queue holding more messages than one receive returns
+    Given factory "S" paired with 1 backlog queue, failover interval 0 seconds and running the syphon
+    And the primary "q" becomes unavailable
+    And each of 1 new clients of factory "S" sends 100 messages to "q"
+    When the primary "q" recovers
+    And the pairing runs for 2 minutes
+    Then peeking "q" shows exactly the messages factory "S" accepted for it
+    And the backlog queues hold nothing
+
   @PAIR-SYPH-003 @needs:scheduling @needs:time-to-live @needs:virtual-time
   Scenario: The syphon translates the properties back
     Given factory "S" paired with 1 backlog queue, failover interval 0 seconds and running the syphon
