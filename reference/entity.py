@@ -336,7 +336,7 @@ class FanOut:
         stored_of: Callable[[Any], StoredMessage],
     ) -> None:
         if message.content_type == PING_CONTENT_TYPE:
-            return  # PAIR-PING-003: the broker never hands a ping to a receiver
+            return  # PAIR-PING-002: the broker never hands a ping to a receiver
         subs = list(self.subscriptions.values())
         if not subs:
             return
@@ -381,7 +381,7 @@ class Queue(Entity):
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
         if message.content_type == PING_CONTENT_TYPE:
-            return  # PAIR-PING-003: the broker never hands a ping to a receiver
+            return  # PAIR-PING-002: the broker never hands a ping to a receiver
         if self.description.forward_to is not None and self.forward(message, seq, now, self.store):
             return
         default_ttl = self.description.default_message_time_to_live

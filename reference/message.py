@@ -74,7 +74,7 @@ def _measure(message: Message) -> int:
 
     Body, plus every string property and application property (key and value), plus a
     fixed overhead. It is not the AMQP-encoded size, but it grows the same way: moving a
-    property under another name, or adding one, makes the message larger (PAIR-SEND-008).
+    property under another name, or adding one, makes the message larger (PAIR-SIZE-001).
     """
     size = MESSAGE_OVERHEAD + len(message.body)
     for value in (
@@ -109,7 +109,7 @@ class State(str, Enum):
     COMPLETED = "completed"  # settled positively, or received and deleted
     EXPIRED = "expired"  # time to live passed, dropped (no dead-lettering)
     CANCELLED = "cancelled"  # a scheduled message cancelled before its time
-    DISCARDED = "discarded"  # never stored (duplicate, or a ping: PAIR-PING-003)
+    DISCARDED = "discarded"  # never stored (duplicate, or a ping: PAIR-PING-002)
 
     def __str__(self) -> str:
         return self.value

@@ -587,7 +587,7 @@ class PartitionedQueue(PartitionedEntity):
 
     def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
         if message.content_type == PING_CONTENT_TYPE:
-            return  # PAIR-PING-003
+            return  # PAIR-PING-002
         store = self.store.partitions[index]
         if self.description.forward_to is not None and self.forward(message, seq, now, store):
             return

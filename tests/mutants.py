@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reference import ErrorCode, ServiceBusError
+from reference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
 
 from sbconform.targets import register
 from sbconform.targets.reference import ReferenceTarget
@@ -91,7 +91,35 @@ class IgnoresPartitionKey(ReferenceTarget):
         super().send(sender, [replace(m, partition_key=None) for m in messages], batch)
 
 
+class PingsDelivered(ReferenceTarget):
+    """Hands pings to receivers like any message (PAIR-PING-002)."""
+
+    name = "mutant-pings-delivered"
+    MARK = "sbconform-mutant-ping"
+
+    def send(self, sender, messages, batch=False):
+        super().send(sender, [self._disguise(m) for m in messages], batch)
+
+    def _disguise(self, message):
+        if message.content_type != PING_CONTENT_TYPE:
+            return message
+        return message.with_changes(content_type=None, application_properties={**message.application_properties, self.MARK: True})
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        out = []
+        for m in super().receive(receiver, max_count, max_wait):
+            if self.MARK in m.application_properties:
+                props = {k: v for k, v in m.application_properties.items() if k != self.MARK}
+                m = replace(m, content_type=PING_CONTENT_TYPE, application_properties=props)
+            out.append(m)
+        return out
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, AnyoneMaySettle, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
-for _mutant in MUTANTS:
+#: Mutants of paired-namespace behaviour: the settlement differential machine does not
+#: exercise them (tests/test_paired_stateful.py does).
+PAIRED_MUTANTS = [PingsDelivered]
+
+for _mutant in MUTANTS + PAIRED_MUTANTS:
     register(_mutant.name, lambda _cls=_mutant, **options: _cls())

@@ -53,6 +53,10 @@ class Received:
     scheduled_enqueue_time: int | None = None
     application_properties: Mapping[str, Any] = field(default_factory=dict)
     partition: int | None = None  # where observed; None if the target cannot tell
+    correlation_id: str | None = None
+    subject: str | None = None
+    to: str | None = None
+    reply_to: str | None = None
     raw: Any = field(default=None, compare=False, repr=False)  # the target's own object
 
 
@@ -136,6 +140,22 @@ class Target(ABC):
         partitions (capability ``premium-namespace``). The caller closes it."""
         self.require("premium-namespace")
         raise NotImplementedError
+
+    def describe_entity(self, path: str) -> dict[str, Any]:
+        """The entity's description as ``reference.EntityDescription`` field names and
+        values (capability ``entity-management``)."""
+        self.require("entity-management")
+        raise NotImplementedError
+
+    # -------------------------------------------------------- paired namespaces
+    def namespace_name(self) -> str:
+        """The namespace's name (``contoso`` for contoso.servicebus.windows.net): the
+        first segment of the backlog queue paths when it is a pairing's primary."""
+        return self.name
+
+    def share_clock(self, other: "Target") -> None:
+        """Make this target's clock ``other``'s, so two namespaces paired in a test see
+        the same time. Targets on wall-clock time share it already: nothing to do."""
 
     # ---------------------------------------------------------------- clients
     @abstractmethod

@@ -11,6 +11,7 @@ target asks a ``choose`` policy; by default the first allowed outcome the model 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Callable, Sequence
 
 from reference import (
@@ -48,6 +49,7 @@ CAPABILITIES = frozenset(
         "premium-namespace",
         "transactions",
         "auto-forward",
+        "paired-namespaces",
     }
 )
 
@@ -75,6 +77,10 @@ def received_from(delivery: Delivery, raw: Any = None) -> Received:
         scheduled_enqueue_time=message.scheduled_enqueue_time,
         application_properties=delivery.application_properties,
         partition=delivery.partition,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        to=message.to,
+        reply_to=message.reply_to,
         raw=raw,
     )
 
@@ -123,6 +129,20 @@ class ReferenceTarget(Target):
 
     def make_partition_available(self, path: str, partition: int) -> None:
         self.namespace.make_partition_available(path, partition)
+    def describe_entity(self, path: str) -> dict[str, Any]:
+        return asdict(self.namespace.describe(path))
+
+    # ------------------------------------------------------- paired namespaces
+    def namespace_name(self) -> str:
+        return self.namespace.name
+
+    def share_clock(self, other: Target) -> None:
+        """Both namespaces run on one virtual clock (the later of the two)."""
+        if not isinstance(other, ReferenceTarget) or other.namespace.clock is self.namespace.clock:
+            return
+        shared = other.namespace.clock
+        shared.advance_to(self.namespace.clock.now)
+        self.namespace.clock = shared
 
     # ---------------------------------------------------------------- clients
     def sender(self, path: str) -> Handle:

@@ -1,0 +1,472 @@
+"""Paired namespaces, driven against two targets: the imperative shell of ``reference.paired``.
+
+``PairedFactory`` is one MessagingFactory paired with a secondary namespace
+(``PairNamespaceAsync``). It holds the pure machines of ``reference.paired`` and carries
+out what they decide against two ``Target``s, a primary and a secondary namespace. It has
+no logic of its own beyond that loop, so the same client logic drives the reference model
+here and can drive two real namespaces.
+
+Time: the factory acts when it is given control (``send``, ``work``, ``run``). ``run``
+lets time pass on the targets and wakes up at every instant the machines name (a failover
+timer, a ping, the end of a syphon poll, a lock coming back, the 5-second close/fault
+rule). On virtual-time targets that is exact. A long poll is observed with receives that do
+not wait (a sequential driver cannot hold ten 15-minute receives open at once); the receive
+calls the syphon is billed for are the ones its machine counts (``Syphon.receive_calls``).
+
+``MeteredTarget`` wraps a target and records every send and receive through it, for the
+cost clauses (PAIR-COST-001, PAIR-PING-006) and for what a scenario wants to see of what the
+client sent (PAIR-PING-001).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterable, Sequence
+
+from reference import ErrorCode, Message, ServiceBusError
+from reference.paired import (
+    PRIMARY,
+    SECONDARY,
+    DeadLetter,
+    FactoryPair,
+    Fail,
+    FailoverSender,
+    Forward,
+    PairedNamespaceOptions,
+    Send,
+    Syphon,
+    plan_backlog_queues,
+)
+from reference.paired.failover import Choose
+
+from .targets import PEEK_LOCK, Handle, Received, Target
+
+#: Messages the syphon takes from a backlog queue in one receive.
+SYPHON_BATCH = 32
+
+
+# ----------------------------------------------------------------- metering
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One billed operation the client issued (attempted) through a metered target."""
+
+    time: int
+    role: str  # "primary" or "secondary"
+    kind: str  # "send" or "receive"
+    path: str
+    messages: tuple[Message | Received, ...]
+    ok: bool
+    who: str = ""  # who issued it (a factory's name, "application"...), if the meter was told
+
+    @property
+    def message_ids(self) -> list[str | None]:
+        return [m.message_id for m in self.messages]
+
+
+@dataclass
+class Meter:
+    operations: list[Operation] = field(default_factory=list)
+
+    def for_message(self, message_id: str) -> list[Operation]:
+        return [op for op in self.operations if op.ok and message_id in op.message_ids]
+
+    def by(self, who: str) -> list[Operation]:
+        return [op for op in self.operations if op.who == who]
+
+
+class MeteredTarget:
+    """A target whose sends and receives are recorded in a ``Meter``; everything else
+    passes through unchanged.
+
+    Its senders attach their link at the first send, as the SDKs do: a sender made for an
+    entity that is unavailable at that moment fails on send, and that failed send is
+    recorded like any other.
+    """
+
+    def __init__(self, target: Target, role: str, meter: Meter, who: str = "") -> None:
+        self._target = target
+        self.role = role
+        self.meter = meter
+        self.who = who
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool) -> None:
+        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who))
+
+    # ---------------------------------------------------------- senders
+    def sender(self, path: str) -> Handle:
+        handle = Handle("sender", path)
+        try:
+            handle.private = self._target.sender(path)
+        except ServiceBusError:
+            handle.private = None  # attached at the first send
+        return handle
+
+    def _attached(self, sender: Handle) -> Handle:
+        if sender.private is None:
+            sender.private = self._target.sender(sender.path)
+        return sender.private
+
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
+        self._metered_send(sender, messages, lambda inner: self._target.send(inner, messages, batch))
+
+    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
+        self._metered_send(sender, messages, lambda inner: self._target.send_concurrently(inner, messages))
+
+    def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
+        self._metered_send(sender, messages, lambda inner: self._target.send_presettled(inner, messages))
+
+    def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
+        out: list[int] = []
+        self._metered_send(sender, messages, lambda inner: out.extend(self._target.schedule(inner, messages, enqueue_time)))
+        return out
+
+    def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
+        self._target.cancel_scheduled(self._attached(sender), sequence_numbers)
+
+    def _metered_send(self, sender: Handle, messages: Sequence[Message], operation: Callable[[Handle], Any]) -> None:
+        try:
+            operation(self._attached(sender))
+        except ServiceBusError:
+            self._record("send", sender.path, messages, False)
+            raise
+        self._record("send", sender.path, messages, True)
+
+    def close_handle(self, handle: Handle) -> None:
+        if handle.kind == "sender":
+            if handle.private is not None:
+                self._target.close_handle(handle.private)
+            return
+        self._target.close_handle(handle)
+
+    # -------------------------------------------------------- receivers
+    def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
+        try:
+            found = self._target.receive(receiver, max_count, max_wait)
+        except ServiceBusError:
+            self._record("receive", receiver.path, (), False)
+            raise
+        self._record("receive", receiver.path, found, True)
+        return found
+
+    def share_clock(self, other: Any) -> None:
+        self._target.share_clock(unwrap(other))
+
+
+def unwrap(target: Any) -> Target:
+    while isinstance(target, MeteredTarget):
+        target = target._target
+    return target
+
+
+# ----------------------------------------------------------------- messages
+
+
+#: What a sender sets on a message, all of which a ``Received`` reports back.
+SENDER_FIELDS = tuple(f.name for f in fields(Message) if f.init and f.name != "application_properties")
+
+
+def message_of(received: Received) -> Message:
+    """What a sender would have to send to reproduce ``received`` (its user properties)."""
+    values = {name: getattr(received, name) for name in SENDER_FIELDS}
+    return Message(**values, application_properties=dict(received.application_properties))
+
+
+# ------------------------------------------------------------------ factory
+
+
+@dataclass(frozen=True)
+class PingRecord:
+    time: int
+    entity: str
+    ok: bool
+    message: Message
+
+
+@dataclass(frozen=True)
+class SendRecord:
+    """Where one application message went: ``namespace`` and ``path``, or the error."""
+
+    time: int
+    client: int
+    entity: str
+    message: Message
+    namespace: str | None
+    path: str | None
+    error: ServiceBusError | None = None
+
+
+@dataclass(eq=False)
+class PairedClient:
+    """A QueueClient or TopicClient created from a paired factory."""
+
+    factory: "PairedFactory"
+    path: str
+    id: int = field(default_factory=itertools.count(1).__next__)
+
+    def send(self, messages: Iterable[Message] | Message) -> list[str]:
+        batch = [messages] if isinstance(messages, Message) else list(messages)
+        return [self.factory.send(self, message) for message in batch]
+
+
+class PairedFactory:
+    """A MessagingFactory on ``primary`` paired with ``secondary`` for send availability."""
+
+    def __init__(
+        self,
+        primary: Target,
+        secondary: Target,
+        options: PairedNamespaceOptions | None = None,
+        choose: Choose | None = None,
+        syphon_batch: int = SYPHON_BATCH,
+    ) -> None:
+        self.options = options if options is not None else PairedNamespaceOptions()
+        self.syphon_batch = syphon_batch
+        secondary.share_clock(primary)
+        self.targets = {PRIMARY: primary, SECONDARY: secondary}
+        self.choose = choose
+        self.primary_namespace = primary.namespace_name()
+        self.failover = FailoverSender(self.options, self.primary_namespace)
+        self.pair = FactoryPair(hosts_syphon=self.options.enable_syphon)
+        self.syphon: Syphon | None = None
+        self.pings: list[PingRecord] = []
+        self.sends: list[SendRecord] = []
+        self._senders: dict[tuple[str, str], Handle] = {}
+        self._receivers: dict[int, Handle] = {}
+        self.paired = False
+
+    @property
+    def backlog_paths(self) -> list[str]:
+        return self.failover.backlog_paths
+
+    def now(self) -> int:
+        return self.targets[PRIMARY].now()
+
+    # ------------------------------------------------------------ pairing
+
+    def pair_namespace(self) -> "PairedFactory":
+        """PairNamespaceAsync: create the missing backlog queues (PAIR-BACKLOG-001..005),
+        then start the syphon if this process runs it (PAIR-OPT-003)."""
+        secondary = self.targets[SECONDARY]
+        existing = [path for path in self.backlog_paths if self._exists(secondary, path)]
+        for create in plan_backlog_queues(self.backlog_paths, existing):
+            secondary.create_queue(create.path, **create.properties)
+        if self.options.enable_syphon:
+            self.syphon = Syphon(self.options.backlog_queue_count, self.now())
+        self.paired = True
+        self.work()
+        return self
+
+    @staticmethod
+    def _exists(target: Target, path: str) -> bool:
+        try:
+            target.entity_counts(path)
+        except ServiceBusError as error:
+            if error.code is ErrorCode.ENTITY_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def client(self, path: str) -> PairedClient:
+        return PairedClient(self, path)
+
+    # ------------------------------------------------------------ sending
+
+    def send(self, client: PairedClient, message: Message) -> str:
+        """Send one message through the failover sender; returns the path it went to
+        (the entity's, or a backlog queue's). Raises what the caller must see."""
+        if not self.paired:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, "The factory is not paired yet: call pair_namespace() first.")
+        self.work()
+        failover, entity = self.failover, client.path
+        decision: Send | Fail = failover.start(client.id, entity, message, self.now(), self.choose)
+        attempts = 0
+        while isinstance(decision, Send):
+            attempts += 1  # the primary, then each backlog queue at most once
+            if attempts > self.options.backlog_queue_count + 1:
+                raise AssertionError(f"the failover sender keeps answering {decision} for {message.message_id!r}")
+            self.pair.require_open(decision.namespace)  # a closed factory is not an outage
+            try:
+                self._send(decision)
+            except ServiceBusError as error:
+                decision = failover.failed(client.id, entity, message, decision, error, self.now(), self.choose)
+            else:
+                failover.succeeded(entity, decision, self.now())
+                self.sends.append(SendRecord(self.now(), client.id, entity, message, decision.namespace, decision.path))
+                return decision.path
+        self.sends.append(SendRecord(self.now(), client.id, entity, message, None, None, decision.error))
+        raise decision.error
+
+    def _send(self, send: Send) -> None:
+        self.targets[send.namespace].send(self._sender(send.namespace, send.path), [send.message])
+
+    def _sender(self, role: str, path: str) -> Handle:
+        key = (role, path.lower())
+        if key not in self._senders:
+            self._senders[key] = self.targets[role].sender(path)
+        return self._senders[key]
+
+    # --------------------------------------------------------------- time
+
+    def next_due(self) -> int | None:
+        times = [self.pair.next_due()]
+        if self.pair.is_open(PRIMARY):
+            times.append(self.failover.next_due())
+        if self._syphon_running():
+            times.append(self.syphon.next_due())
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def work(self) -> None:
+        """Do everything due now: the close/fault rule, failovers and pings, the syphon."""
+        if not self.paired:
+            return
+        now = self.now()
+        for fault in self.pair.tick(now):  # PAIR-CLOSE-002
+            self._closed(fault.which)
+        if self.pair.is_open(PRIMARY):
+            for ping in self.failover.tick(now):
+                self._ping(ping)
+        if self._syphon_running():
+            self._run_syphon()
+
+    def _ping(self, ping: Send) -> None:
+        try:
+            self._send(ping)
+        except ServiceBusError:
+            self.failover.ping_failed(ping.path, self.now())
+            ok = False
+        else:
+            self.failover.ping_succeeded(ping.path, self.now())
+            ok = True
+        self.pings.append(PingRecord(self.now(), ping.path, ok, ping.message))
+
+    def run(self, duration: int) -> None:
+        run_together([self], duration)
+
+    # ------------------------------------------------------------- syphon
+
+    def _syphon_running(self) -> bool:
+        return self.syphon is not None and self.pair.is_open(PRIMARY) and self.pair.is_open(SECONDARY)
+
+    def _run_syphon(self) -> None:
+        syphon = self.syphon
+        syphon.tick(self.now())
+        secondary = self.targets[SECONDARY]
+        for index, path in enumerate(self.backlog_paths):
+            while True:  # a poll that returns messages is followed at once by the next one
+                try:
+                    receiver = self._receivers.get(index) or self._receivers.setdefault(index, secondary.receiver(path, PEEK_LOCK))
+                    found = secondary.receive(receiver, self.syphon_batch, 0)
+                except ServiceBusError:
+                    break  # the backlog queue is unavailable: its poll goes on
+                if not found:
+                    break  # the poll waits
+                for decision in syphon.received(index, [(message_of(r), r) for r in found], self.now()):
+                    self._move(receiver, decision)
+
+    def _move(self, receiver: Handle, decision: Forward | DeadLetter) -> None:
+        secondary = self.targets[SECONDARY]
+        if isinstance(decision, DeadLetter):
+            _quietly(secondary.dead_letter, receiver, decision.handle, decision.reason, decision.description)
+            return
+        try:
+            self._send(Send(PRIMARY, decision.destination, decision.message))
+        except ServiceBusError:
+            self.syphon.forward_failed(decision.backlog_index, decision.handle.locked_until)
+            return
+        # If the lock was lost meanwhile (a slow broker), the message comes back and is moved
+        # again: at least once, and duplicate detection on the destination drops the copy.
+        _quietly(secondary.complete, receiver, decision.handle)
+
+    # -------------------------------------------------------- close/fault
+
+    def close(self, which: str | None = None) -> None:
+        """Close the primary or the secondary factory, or both (``None``)."""
+        self.work()
+        for role in (PRIMARY, SECONDARY) if which is None else (which,):
+            self.pair.closed(role, self.now())
+            self._closed(role)
+
+    def fault(self, which: str) -> None:
+        """The factory ``which`` faults (its connection is gone)."""
+        self.work()
+        self.pair.faulted(which, self.now())
+        self._closed(which)
+
+    def state(self, which: str) -> str:
+        return self.pair.state[which]
+
+    def _closed(self, role: str) -> None:
+        target = self.targets[role]
+        for key in [k for k in self._senders if k[0] == role]:
+            _quietly(target.close_handle, self._senders.pop(key))
+        if role == SECONDARY:
+            for index in list(self._receivers):
+                _quietly(target.close_handle, self._receivers.pop(index))
+
+
+def _quietly(operation: Callable[..., Any], *args: Any) -> None:
+    try:
+        operation(*args)
+    except ServiceBusError:
+        pass
+
+
+def run_together(factories: Sequence[PairedFactory], duration: int) -> None:
+    """Let ``duration`` pass for several factories sharing one clock, each acting at every
+    instant one of them names."""
+    if duration < 0:
+        raise ValueError(f"time cannot go backwards (run for {duration} ms)")
+    if not factories:
+        raise ValueError("run_together needs at least one factory")
+    clock = factories[0].targets[PRIMARY]
+    end = clock.now() + duration
+    while True:
+        for factory in factories:
+            factory.work()
+        now = clock.now()
+        if now >= end:
+            return
+        dues = [d for d in (f.next_due() for f in factories) if d is not None and d > now]
+        clock.wait(min([end, *dues]) - now)
+
+
+def operations_per_moved_message(primary: Target, secondary: Target) -> list[Operation]:
+    """PAIR-COST-001, found by running the model: the billed operations one message
+    incurs on its way through a backlog queue to a receiver of its destination."""
+    meter = Meter()
+    primary, secondary = MeteredTarget(primary, PRIMARY, meter), MeteredTarget(secondary, SECONDARY, meter)
+    factory = PairedFactory(primary, secondary, PairedNamespaceOptions(backlog_queue_count=1, failover_interval=0, enable_syphon=True))
+    factory.pair_namespace()
+    queue = primary.create_queue("cost")
+    primary.make_unavailable(queue, "entity-unavailable", False)
+    factory.client(queue).send(Message(b"cost", message_id="moved"))
+    primary.make_available(queue)
+    factory.run(factory.options.ping_primary_interval)
+    receiver = primary.receiver(queue, PEEK_LOCK)
+    received = primary.receive(receiver, 1)
+    if [m.message_id for m in received] != ["moved"]:
+        raise AssertionError(f"the moved message did not arrive: {received}")
+    primary.complete(receiver, received[0])
+    return meter.for_message("moved")
+
+
+__all__ = [
+    "Meter",
+    "MeteredTarget",
+    "Operation",
+    "PairedClient",
+    "PairedFactory",
+    "PingRecord",
+    "SendRecord",
+    "message_of",
+    "operations_per_moved_message",
+    "run_together",
+    "unwrap",
+]
