@@ -28,6 +28,7 @@ def certify(
     expectations: Path | None = None,
     hypothesis_profile: str = "ci",
     pytest_args: Sequence[str] = (),
+    clauses: Sequence[str] = (),
 ) -> int:
     """Returns 0 if no clause fails unexpectedly, 1 if one does, 2 if the run broke."""
     catalog = load_catalog()
@@ -44,6 +45,8 @@ def certify(
         command += ["--sb-option", option]
     if connection_string:
         command += ["--sb-connection-string", connection_string]
+    for pattern in clauses:
+        command += ["--sb-clause", pattern]
     command += list(pytest_args)
     env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile}
     print(f"sbconform: certifying target {target!r}: {' '.join(command[3:])}", flush=True)

@@ -7,6 +7,9 @@
 - A test that needs a capability the target lacks is skipped, the reason naming both.
 - A scenario that names no clause, or names a clause the catalog does not know, is a
   collection error: every scenario must trace back to the spec.
+- ``--sb-clause PATTERN`` (repeatable; a clause id, a glob like ``SETTLE-LOCK-*``, or an area
+  name like ``partitioning``) runs only the tests of matching clauses, test262 style; the
+  others are deselected, and the report says the unselected clauses were not selected.
 - ``--sb-report-json PATH`` writes every test's clauses, needs and outcome; ``sbconform
   certify`` turns that into the per-clause report.
 """
@@ -24,6 +27,7 @@ import pytest
 from reference import ServiceBusError
 from spec import CatalogError, load_catalog
 
+from .report import selects
 from .targets import Target, make_target, names
 
 CLAUSE_TAG = re.compile(r"^[A-Z]+(?:-[A-Z]+)+-\d{3}$")
@@ -50,6 +54,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--sb-option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)"
     )
     group.addoption("--sb-report-json", default=None, metavar="PATH", help="write per-test clause results here")
+    group.addoption(
+        "--sb-clause", action="append", default=[], metavar="PATTERN",
+        help="run only tests of these clauses: an id, a glob (SETTLE-LOCK-*) or an area name (repeatable)",
+    )
+
+
+def clause_selection(config: pytest.Config) -> list[str]:
+    """The --sb-clause patterns (commas split too); an unknown area or a pattern matching no
+    clause is a usage error, so a typo never silently selects nothing."""
+    patterns = [p.strip() for arg in config.getoption("--sb-clause") or [] for p in arg.split(",") if p.strip()]
+    for pattern in patterns:
+        if not any(selects(pattern, clause) for clause in catalog().clauses.values()):
+            raise pytest.UsageError(f"--sb-clause {pattern!r} matches no clause of the catalog (ids, globs or areas: "
+                                    f"{', '.join(sorted(catalog().areas))})")
+    return patterns
 
 
 def target_options(config: pytest.Config) -> dict[str, Any]:
@@ -177,6 +196,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         }
     if problems:
         raise pytest.UsageError("sbconform: tests do not trace to the catalog:\n  " + "\n  ".join(problems))
+    patterns = clause_selection(config)
+    config._sb_selection = patterns
+    if patterns:
+        keep, drop = [], []
+        for item in items:
+            chosen = any(selects(p, known[c]) for c in config._sb_meta[item.nodeid]["clauses"] if c in known for p in patterns)
+            (keep if chosen else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -248,6 +277,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "target": sb.probe.describe(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "exitstatus": int(exitstatus),
+        "selection": getattr(config, "_sb_selection", []),
         "tests": config._sb_results,
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ certification fail.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import tomllib
 from collections import Counter
@@ -28,6 +29,11 @@ from typing import Any
 from spec import Catalog
 
 STATUSES = ("pass", "fail", "skip", "uncovered")
+
+
+def selects(pattern: str, clause: Any) -> bool:
+    """Does a clause selection pattern (an id, a glob, an area name) take this clause?"""
+    return pattern == clause.area or fnmatch.fnmatchcase(clause.id, pattern.upper())
 
 
 def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
@@ -60,9 +66,14 @@ def build_report(raw: dict[str, Any], catalog: Catalog, expectations: dict[str, 
         for cid in test.get("clauses", []):
             by_clause.setdefault(cid, []).append(test)
 
+    selection = raw.get("selection") or []
     clauses: dict[str, Any] = {}
     for cid, clause in catalog.clauses.items():
         tests = by_clause.get(cid, [])
+        if selection and not any(selects(p, clause) for p in selection):
+            clauses[cid] = {"area": clause.area, "level": clause.level, "text": clause.text, "scenarios": [],
+                            "status": "skip", "reason": f"not selected (--clause {' '.join(selection)})"}
+            continue
         relevant = [t for t in tests if t.get("uses_target") or is_model]
         entry: dict[str, Any] = {
             "area": clause.area,
@@ -116,6 +127,7 @@ def build_report(raw: dict[str, Any], catalog: Catalog, expectations: dict[str, 
         "target": target,
         "finished": raw.get("finished"),
         "pytest_exit_status": raw.get("exitstatus"),
+        "selection": selection,
         "clauses": clauses,
         "summary": summary,
     }
@@ -134,6 +146,8 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         "",
         f"Capabilities: {', '.join(target.get('capabilities', [])) or 'none declared'}.",
         "",
+        *([f"Only these clauses were selected: `{' '.join(report['selection'])}`; the others are skipped.", ""]
+          if report.get("selection") else []),
         "| area | pass | fail | skip | uncovered |",
         "|---|---:|---:|---:|---:|",
     ]

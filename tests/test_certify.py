@@ -47,3 +47,26 @@ def test_an_unknown_target_is_a_clear_error(tmp_path: Path) -> None:
     run = sbconform("certify", "--target", "nonesuch", "--report-dir", str(tmp_path))
     assert run.returncode == 2
     assert "unknown target 'nonesuch'" in run.stdout + run.stderr
+
+
+def test_certify_a_selection_of_clauses(tmp_path: Path) -> None:
+    run = sbconform("certify", "--target", "reference", "--report-dir", str(tmp_path), "--clause", "SETTLE-DEFR-*",
+                    "--clause", "PART-KEY-001", "--", "tests/test_features.py")
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["selection"] == ["SETTLE-DEFR-*", "PART-KEY-001"]
+    statuses = {cid: c["status"] for cid, c in report["clauses"].items()}
+    assert statuses["SETTLE-DEFR-001"] == statuses["PART-KEY-001"] == "pass"
+    assert statuses["SETTLE-LOCK-003"] == "skip"
+    assert report["clauses"]["SETTLE-LOCK-003"]["reason"].startswith("not selected")
+    # only tests naming a selected clause ran
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    assert tests
+    for test in tests:
+        assert any(c.startswith("SETTLE-DEFR-") or c == "PART-KEY-001" for c in test["clauses"]), test["nodeid"]
+
+
+def test_a_selection_matching_no_clause_is_a_clear_error(tmp_path: Path) -> None:
+    run = sbconform("certify", "--target", "reference", "--report-dir", str(tmp_path), "--clause", "SETTLE-NOPE-*")
+    assert run.returncode == 2
+    assert "--sb-clause 'SETTLE-NOPE-*' matches no clause" in run.stdout + run.stderr

@@ -17,6 +17,7 @@ def run(args: argparse.Namespace) -> int:
         expectations=Path(args.expectations) if args.expectations else None,
         hypothesis_profile=args.hypothesis_profile,
         pytest_args=args.pytest_args,
+        clauses=args.clause,
     )
 
 
@@ -28,5 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)")
     p.add_argument("--expectations", default=None, help="TOML file of clauses expected to fail or skip on this target")
     p.add_argument("--hypothesis-profile", default="ci", help="Hypothesis profile for the stateful tests (ci: 200 examples)")
+    p.add_argument("--clause", action="append", default=[], metavar="PATTERN",
+                   help="certify only these clauses: an id, a glob (PART-KEY-*) or an area (repeatable); "
+                        "the others are reported as skipped, not selected")
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     p.set_defaults(func=run)
