@@ -1,0 +1,152 @@
+"""The trace format, version 1: one event per step of an operation (documented in
+``spec/trace-format.md``; this module is its machine-readable form).
+
+Operations follow Jepsen's phases. A client ``invoke``s an operation (``op_id`` names it,
+unique within the trace), then the same ``op_id`` ends with ``ok`` (it happened), ``fail``
+(it did not happen: ``error`` says why) or ``info`` (unknown outcome: it may or may not have
+happened, say a timeout). A receive that delivers several messages ends with one ``ok``
+event per message, all with its ``op_id`` (an empty receive: one ``ok`` with no message).
+Events are written in the order the recorder saw them; ``pos`` numbers them from 0.
+
+Only the standard library here: the Arrow schema is built on demand (``arrow_schema``),
+so the format can be read without pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+FORMAT = "sbconform-trace"
+VERSION = 1
+
+PHASES = ("invoke", "ok", "fail", "info")
+
+#: operation -> what it is and which fields its events carry.
+OPERATIONS: dict[str, str] = {
+    "create-entity": "args: the entity description (EntityDescription field names); entity: its path",
+    "delete-entity": "entity: its path",
+    "send": "one message per send op: message_id, session, partition_key; args may hold ttl, scheduled, batch; ok: seq when the target reports it",
+    "schedule": "message_id, args.enqueue_time; ok: seq (the scheduled message's sequence number)",
+    "cancel-scheduled": "seq",
+    "receive": "args: mode (peek-lock | receive-and-delete), max_count; ok: one event per delivered message with message_id, seq, lock, delivery_count, session, partition",
+    "receive-deferred": "args.seqs; ok: as receive",
+    "peek": "args: max_count, from_seq; ok: one event per message (seq, message_id, delivery_count), no lock",
+    "complete": "lock, message_id, seq",
+    "abandon": "lock, message_id, seq",
+    "defer": "lock, message_id, seq",
+    "dead-letter": "lock, message_id, seq; args: reason, description",
+    "renew-lock": "lock, message_id, seq; ok: result.locked_until",
+    "accept-session": "args.session (null: next available); ok: session, result.locked_until",
+    "renew-session-lock": "session; ok: result.locked_until",
+    "get-session-state": "session; ok: result.state (base64)",
+    "set-session-state": "session; args.state (base64)",
+    "close": "the client's link closes cleanly (its locks stay until they expire or are settled)",
+    "drop-connection": "the client's connection is severed abruptly (its locks are lost)",
+    "partition-down": "fault injection: entity, partition",
+    "partition-up": "fault injection: entity, partition",
+    "wait": "args.ms: time the client let pass (virtual-time targets)",
+    "failover": "paired namespaces: args.state (primary | failover), entity the backlog queue or path",
+}
+
+#: (name, arrow type, meaning). Every field may be null except trace, pos, time, client,
+#: op_id, op and phase.
+FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("trace", "string", "trace id (one run)"),
+    ("pos", "int64", "position of the event in the trace, from 0"),
+    ("time", "int64", "target clock time, ms (virtual on the reference, wall since open elsewhere)"),
+    ("client", "string", "the sender or receiver (one link)"),
+    ("conn", "string", "its connection"),
+    ("op_id", "int64", "the operation this event belongs to"),
+    ("op", "string", "operation, from OPERATIONS"),
+    ("phase", "string", "invoke | ok | fail | info"),
+    ("entity", "string", "entity path as the client named it (subscriptions: <topic>/Subscriptions/<name>)"),
+    ("partition", "int32", "partition where observed, if the target tells"),
+    ("message_id", "string", "message id"),
+    ("seq", "int64", "sequence number"),
+    ("lock", "string", "lock token, as text"),
+    ("delivery_count", "int32", "delivery count as received (.NET convention: 1 on first delivery)"),
+    ("session", "string", "session id"),
+    ("partition_key", "string", "partition key"),
+    ("args", "string", "operation arguments, a JSON object"),
+    ("result", "string", "operation result, a JSON object"),
+    ("error", "string", "error code (reference.ErrorCode value) on fail/info"),
+)
+FIELD_NAMES = tuple(name for name, _, _ in FIELDS)
+REQUIRED = frozenset({"trace", "pos", "time", "client", "op_id", "op", "phase"})
+_PY_TYPES = {"string": str, "int64": int, "int32": int}
+
+
+class TraceFormatError(ValueError):
+    """A trace that does not follow the format: says where (file, line or row) and which field."""
+
+
+def check_event(event: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The event with every field present (missing optional ones as None), or
+    TraceFormatError naming ``where`` and the field at fault."""
+    unknown = set(event) - set(FIELD_NAMES)
+    if unknown:
+        raise TraceFormatError(f"{where}: unknown field(s) {sorted(unknown)}")
+    out: dict[str, Any] = {}
+    for name, kind, _ in FIELDS:
+        value = event.get(name)
+        if value is None:
+            if name in REQUIRED:
+                raise TraceFormatError(f"{where}: field {name!r} is required")
+        elif not isinstance(value, _PY_TYPES[kind]) or isinstance(value, bool):
+            raise TraceFormatError(f"{where}: field {name!r} should be {kind}, got {type(value).__name__} {value!r}")
+        out[name] = value
+    if out["phase"] not in PHASES:
+        raise TraceFormatError(f"{where}: field 'phase' is {out['phase']!r}, expected one of {', '.join(PHASES)}")
+    if out["op"] not in OPERATIONS:
+        raise TraceFormatError(f"{where}: field 'op' is {out['op']!r}, not an operation of format version {VERSION}")
+    for name in ("args", "result"):
+        if out[name] is not None:
+            try:
+                if not isinstance(json.loads(out[name]), dict):
+                    raise ValueError("not an object")
+            except ValueError as error:
+                raise TraceFormatError(f"{where}: field {name!r} is not a JSON object ({error})") from None
+    return out
+
+
+def header(trace: str, **meta: Any) -> dict[str, Any]:
+    """The first line of a JSON Lines trace (and the Parquet file's key-value metadata)."""
+    return {"format": FORMAT, "version": VERSION, "trace": trace, **meta}
+
+
+def arrow_schema():  # -> pyarrow.Schema
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32()}
+    return pa.schema([pa.field(name, types[kind], nullable=name not in REQUIRED) for name, kind, _ in FIELDS],
+                     metadata={b"format": FORMAT.encode(), b"version": str(VERSION).encode()})
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event; ``Event(**row)`` from a JSON line or a Parquet row."""
+
+    trace: str
+    pos: int
+    time: int
+    client: str
+    op_id: int
+    op: str
+    phase: str
+    conn: str | None = None
+    entity: str | None = None
+    partition: int | None = None
+    message_id: str | None = None
+    seq: int | None = None
+    lock: str | None = None
+    delivery_count: int | None = None
+    session: str | None = None
+    partition_key: str | None = None
+    args: str | None = None
+    result: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in FIELD_NAMES}
