@@ -200,8 +200,10 @@ class Target(ABC):
 
     # -------------------------------------------------------------- messaging
     @abstractmethod
-    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
-        """Send messages one by one (each its own settled transfer), or as one batch."""
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
+        """Send messages one by one (each its own settled transfer), or as one batch.
+        Returns one entry per message: its sequence number, or ``None`` where the target
+        cannot tell (or the broker dropped it as a duplicate). Traces record them."""
 
     def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
         """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003)."""

@@ -185,12 +185,13 @@ class ReferenceTarget(Target):
         self.namespace.make_available(path)
 
     # -------------------------------------------------------------- messaging
-    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
         if batch:
-            self.namespace.send(sender.private, sender.path, list(messages))
-        else:
-            for message in messages:
-                self.namespace.send(sender.private, sender.path, message)
+            return self.namespace.send(sender.private, sender.path, list(messages))
+        out: list[int | None] = []
+        for message in messages:
+            out.extend(self.namespace.send(sender.private, sender.path, message))
+        return out
 
     def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
         if not sends:
