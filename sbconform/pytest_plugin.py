@@ -224,7 +224,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     sb = item.config._sb_session
     missing = [cap for cap in meta["needs"] if cap not in sb.capabilities]
     if missing:
-        pytest.skip(f"target {sb.name!r} lacks capability {', '.join(repr(m) for m in missing)}")
+        lacking = getattr(sb.probe, "lacking", {}) or {}
+        why = "; ".join(f"{m}: {lacking[m]}" for m in missing if m in lacking)
+        pytest.skip(f"target {sb.name!r} lacks capability {', '.join(repr(m) for m in missing)}" + (f" ({why})" if why else ""))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -80,6 +80,8 @@ class Target(ABC):
 
     name = "abstract"
     capabilities: frozenset[str] = frozenset()
+    #: capability -> why this target lacks it (appended to the skip reason of scenarios needing it)
+    lacking: Mapping[str, str] = {}
     #: how long a receive waits before concluding there is no message
     empty_wait = 1000
     #: the client operation timeout this target uses (PART-TIMEOUT-001: over 15 s; 60 s recommended)
