@@ -485,7 +485,7 @@ class SdkTarget(Target):
         ms = _ms(value)
         return None if ms is None else ms - self.t0_epoch_ms
 
-    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
         client = sender.private
         if batch:
             def send_batch() -> None:
@@ -497,6 +497,7 @@ class SdkTarget(Target):
         else:
             for m in messages:
                 self._call(client.send_messages, self._sdk_message(m))
+        return [None] * len(messages)  # the SDK does not say which sequence number a send got
 
     def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
         return list(self._call(sender.private.schedule_messages, [self._sdk_message(m) for m in messages], self._datetime(enqueue_time)))
