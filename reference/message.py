@@ -173,6 +173,26 @@ class StoredMessage:
     def session_id(self) -> str | None:
         return self.message.session_id
 
+    def copy(self) -> "StoredMessage":
+        """An independent record with the same state (the message itself is immutable and shared)."""
+        c = StoredMessage.__new__(StoredMessage)
+        c.message = self.message
+        c.sequence_number = self.sequence_number
+        c.enqueued_time = self.enqueued_time
+        c.expires_at = self.expires_at
+        c.size = self.size
+        c.dead_letter_reason = self.dead_letter_reason
+        c.dead_letter_description = self.dead_letter_description
+        c.dead_letter_source = self.dead_letter_source
+        c.state = self.state
+        c.delivery_count = self.delivery_count
+        c.lock_token = self.lock_token
+        c.locked_until = self.locked_until
+        c.holder = self.holder
+        c.deferred = self.deferred
+        c.partition = self.partition
+        return c
+
     def __repr__(self) -> str:
         return (
             f"StoredMessage(seq={self.sequence_number}, id={self.message.message_id!r}, "

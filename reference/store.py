@@ -63,6 +63,15 @@ class Lane:
         self.returned: list[int] = []
         self.available = 0
 
+    def _copy_into(self, other: "Lane") -> "Lane":
+        other.fresh = deque(self.fresh)
+        other.returned = list(self.returned)
+        other.available = self.available
+        return other
+
+    def clone(self) -> "Lane":
+        return self._copy_into(Lane())
+
     def push(self, seq: int) -> None:
         fresh = self.fresh
         if not fresh or seq > fresh[-1]:
@@ -123,6 +132,11 @@ class Session(Lane):
     def is_locked(self, now: int) -> bool:
         return self.holder is not None and now < self.locked_until
 
+    def clone(self) -> "Session":
+        other = self._copy_into(Session(self.session_id))
+        other.holder, other.locked_until, other.state, other.members = self.holder, self.locked_until, self.state, self.members
+        return other
+
 
 class MessageStore:
     """One queue or subscription (or its dead-letter subqueue) and its settlement rules."""
@@ -164,6 +178,31 @@ class MessageStore:
         self.deferred_count = 0
         self.bytes = 0
         self._due = 0  # earliest instant anything above may come due (a hint, never late)
+
+    # ----------------------------------------------------------------- copies
+
+    def clone(self) -> "MessageStore":
+        """An independent copy of this store's state, its dead-letter subqueue's too.
+
+        For checkers that try several orders of concurrent operations from one state
+        (``sbconform.trace.checker``): each order runs on its own copy. Messages
+        (immutable) are shared; records, locks, lanes, sessions and deadlines are copied.
+        Lock tokens keep coming from the same counter, so they stay unique across copies.
+        """
+        other = MessageStore.__new__(MessageStore)
+        other.__dict__.update(self.__dict__)
+        messages = {seq: msg.copy() for seq, msg in self.messages.items()}
+        other.messages = messages
+        other.locks = {token: messages[msg.sequence_number] for token, msg in self.locks.items()}
+        other.lane = self.lane.clone()
+        other.sessions = {sid: session.clone() for sid, session in self.sessions.items()}
+        other.lock_deadlines = deque(self.lock_deadlines)
+        other.session_deadlines = deque(self.session_deadlines)
+        other.expiries = list(self.expiries)
+        if self.dead_letter_queue is not None:
+            other.dead_letter_queue = self.dead_letter_queue.clone()
+            other.dead_letter_queue.parent = other
+        return other
 
     # ------------------------------------------------------------------ time
 
@@ -564,7 +603,7 @@ class MessageStore:
         self.tick(now)
         for msg in [m for m in self.locks.values() if m.holder == holder and not self.requires_session]:
             self._release(msg, now, failed=True)
-        for session in self.sessions.values():
+        for session in list(self.sessions.values()):  # dropping a lock may forget an idle session
             if session.holder == holder:
                 self._drop_session_lock(session, now, failed=True)
 

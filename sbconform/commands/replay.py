@@ -1,0 +1,68 @@
+"""sbconform replay: check traces against the reference model, on Spark (or --local in this process)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .cost import positive
+
+
+def print_summary(summary: dict, out: str | None) -> None:
+    print(f"{summary['events']} events in {summary['pieces']} pieces ({summary['layout']} layout, {summary['files']} files): "
+          f"{summary['valid']} valid, {summary['violations']} with a violation, {summary['unknown']} unknown, "
+          f"{summary['errors']} unreadable; {summary['seconds']} s, {summary['events_per_s']} events/s")
+    for p in summary.get("problems", [])[:50]:
+        if p["status"] == "violation":
+            print(f"  VIOLATION {p['clause']} {p['kind']} at pos {p['pos']} entity {p['entity']} message {p['message_id']} "
+                  f"seq {p['seq']}: expected {p['expected']}; observed {p['observed']}")
+        else:
+            print(f"  {p['status'].upper()} {p['piece'] or ''}: {p['reason']}")
+    for note in summary.get("notes", []):
+        print(f"  note: {note}")
+    if out:
+        print(f"results: {out}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..trace.replay import exit_code, local_summary, locate, replay_local, replay_spark
+    from ..trace.schema import TraceFormatError
+
+    try:
+        if args.local:
+            started = time.perf_counter()
+            notes: list[str] = []
+            results = replay_local(args.paths, args.search_bound, notes)
+            summary = local_summary(results, locate(args.paths), time.perf_counter() - started)
+            summary["notes"] += notes
+            if args.out:
+                from pathlib import Path
+
+                out = Path(args.out)
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+                with open(out / "pieces.jsonl", "w", encoding="utf-8") as f:
+                    for r in results:
+                        f.write(json.dumps(r) + "\n")
+        else:
+            out = args.out or "replay-out"
+            summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout)
+    except (TraceFormatError, FileNotFoundError) as error:
+        print(f"sbconform replay: {error}", file=sys.stderr)
+        return 2
+    print_summary(summary, args.out or (None if args.local else "replay-out"))
+    return exit_code(summary)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="check traces against the reference model on Spark; exit 0 valid, 1 violations, 2 undecided")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (local or any Hadoop-compatible URI)")
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*]; under spark-submit use scripts/spark_replay_job.py)")
+    p.add_argument("--out", metavar="DIR", help="results: pieces/ (one row per piece), violations/, summary.json (default replay-out)")
+    p.add_argument("--local", action="store_true", help="check in this process, without Spark")
+    p.add_argument("--layout", choices=("by-piece", "time"), help="override the detected layout (remote inputs)")
+    p.add_argument("--search-bound", type=positive, default=2000, metavar="N",
+                   help="model steps tried per window of overlapping operations before answering unknown (default 2000)")
+    p.set_defaults(func=run)

@@ -1,0 +1,278 @@
+"""Replay traces through the reference model: on Spark, or in one process.
+
+Inputs (``locate``):
+
+- a **by-piece** directory (``_layout.json`` present, as ``sbconform generate`` writes it):
+  every event of a piece in one bucket file, in position order. Spark reads each file as
+  one split (the job sets ``spark.sql.files.maxPartitionBytes`` and ``openCostInBytes``
+  above the largest file) and checks it where it lies: no shuffle.
+- anything else: Parquet files or JSON Lines in position order (a recorder's output).
+  Spark repartitions the events by piece and sorts each partition by piece and position
+  (a shuffle), then checks them.
+
+Either way each Spark task runs ``check_partition`` (``mapInArrow``) and returns one row
+per piece (valid, violation, unknown, error); the driver never collects the trace,
+only those rows after they are written (``--out``).
+
+Exit codes: 0 every piece valid, 1 a violation found, 2 could not decide (a piece
+unknown, or input the checker cannot read).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .checker import DEFAULT_SEARCH_BOUND, RESULT_FIELDS, check_batches
+from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
+
+SPARK_TYPES = {"string": "STRING", "int64": "BIGINT", "int32": "INT"}
+TRACE_DDL = ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind, _ in FIELDS)
+RESULT_DDL = ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind in RESULT_FIELDS)
+_REQUIRED = [n for n in FIELD_NAMES if n in REQUIRED]
+
+
+# ------------------------------------------------------------------ locating input
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def locate(paths: list[str]) -> dict[str, Any]:
+    """What the paths hold: ``{"layout": "by-piece" | "time", "files": [...], "format":
+    "parquet" | "json", "max_file_bytes": n}``. Remote (Hadoop) paths are passed to
+    Spark as given and treated as position-ordered unless ``--layout by-piece``."""
+    if any(_is_remote(p) for p in paths):
+        return {"layout": "time", "files": paths, "format": "json" if all(p.endswith(".jsonl") for p in paths) else "parquet",
+                "max_file_bytes": 0}
+    if len(paths) == 1 and Path(paths[0]).is_dir() and (Path(paths[0]) / "_layout.json").exists():
+        root = Path(paths[0])
+        layout = json.loads((root / "_layout.json").read_text())
+        files = [str(root / f) for f in layout["files"]]
+        return {"layout": "by-piece", "files": files, "format": "parquet", "max_file_bytes": layout.get("max_file_bytes", 0),
+                "buckets": layout.get("buckets")}
+    files: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files += sorted(str(f) for f in path.glob("*.parquet")) + sorted(str(f) for f in path.glob("*.jsonl"))
+        elif path.exists():
+            files.append(str(path))
+        else:
+            raise FileNotFoundError(f"{p}: no such file or directory")
+    if not files:
+        raise FileNotFoundError(f"{' '.join(paths)}: no .parquet or .jsonl trace files")
+    kinds = {"json" if f.endswith(".jsonl") else "parquet" for f in files}
+    if len(kinds) > 1:
+        raise TraceFormatError("mixed Parquet and JSON Lines inputs: replay one encoding at a time (sbconform convert)")
+    return {"layout": "time", "files": files, "format": kinds.pop(), "max_file_bytes": max(Path(f).stat().st_size for f in files)}
+
+
+# ------------------------------------------------------------------ validation
+
+
+def validate_batch(batch, where: str) -> None:
+    """Required fields present and not null: TraceFormatError naming the file, the row
+    (its ``pos`` when known) and the field."""
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    for name in _REQUIRED:
+        if name == "trace":
+            continue
+        if name not in names:
+            raise TraceFormatError(f"{where}: field {name!r} is missing (not a sbconform trace?)")
+        col = batch.column(names.index(name))
+        if col.null_count:
+            i = pc.index(pc.is_null(col), True).as_py()
+            pos = batch.column(names.index("pos"))[i].as_py() if "pos" in names else None
+            raise TraceFormatError(f"{where}: row {i} of this batch (pos {pos}): field {name!r} is required")
+
+
+# ------------------------------------------------------------------ in one process
+
+
+def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(batch_size=batch_size, columns=[n for n in FIELD_NAMES if n in pf.schema_arrow.names]):
+        validate_batch(batch, path)
+        yield batch
+
+
+def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = None) -> Iterator:
+    """JSON Lines, the header first; a line cut short at the end is reported and skipped."""
+    import pyarrow as pa
+
+    from .schema import arrow_schema, check_event
+
+    schema = arrow_schema()
+    rows: list[dict] = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as error:
+                if not line.endswith("\n"):
+                    if report is not None:
+                        report.append(f"{path}:{number}: last line cut short; everything before it was checked")
+                    break
+                raise TraceFormatError(f"{path}:{number}: not JSON ({error})") from None
+            if "format" in obj and "pos" not in obj:
+                continue  # the header
+            rows.append(check_event(obj, f"{path}:{number}"))
+            if len(rows) >= batch_size:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows = []
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, notes: list | None = None) -> list[dict[str, Any]]:
+    """Check the trace in this process; one result per piece. By-piece layouts are
+    checked file by file (each file holds whole pieces), so memory stays bounded."""
+    where = locate(paths)
+    results: list[dict[str, Any]] = []
+    if where["layout"] == "by-piece":
+        for f in where["files"]:
+            results += check_batches(_parquet_batches(f), search_bound)
+        return results
+
+    def batches():
+        for f in where["files"]:
+            yield from (_jsonl_batches(f, report=notes) if f.endswith(".jsonl") else _parquet_batches(f))
+    return check_batches(batches(), search_bound)
+
+
+# ------------------------------------------------------------------ on Spark
+
+
+def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> Iterator:
+    """The ``mapInArrow`` function: the pieces of one Spark partition -> one row each."""
+    import pyarrow as pa
+
+    from .checker import result_schema
+
+    try:
+        def validated():
+            for batch in batches:
+                names = batch.schema.names
+                where = batch.column(names.index("_file"))[0].as_py() if "_file" in names and batch.num_rows else "input"
+                validate_batch(batch, where)
+                yield batch
+        results = check_batches(validated(), search_bound)
+    except TraceFormatError as error:
+        results = [{"piece": None, "entity": None, "events": 0, "status": "error", "pos": None, "message_id": None,
+                    "seq": None, "kind": None, "clause": None, "expected": None, "observed": None, "reason": str(error)}]
+    if results:
+        yield pa.RecordBatch.from_pylist(results, schema=result_schema())
+
+
+def _bound_checker(search_bound: int):
+    def run(batches):
+        return check_partition(batches, search_bound)
+    return run
+
+
+def spark_session(master: str | None, app: str = "sbconform-replay", extra: dict | None = None):
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        **(extra or {}),
+    }
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", search_bound: int = DEFAULT_SEARCH_BOUND,
+                 spark=None, layout: str | None = None, partitions: int | None = None) -> dict[str, Any]:
+    """Run the replay job; writes ``out/pieces`` (Parquet, one row per piece),
+    ``out/violations`` (JSON) and returns the summary (also ``out/summary.json`` when
+    ``out`` is local)."""
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    where = locate(paths)
+    if layout is not None:
+        where["layout"] = layout
+    own = spark is None
+    spark = spark or spark_session(master)
+    try:
+        if where["layout"] == "by-piece":
+            split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
+            spark.conf.set("spark.sql.files.maxPartitionBytes", split)
+            spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
+            df = spark.read.schema(TRACE_DDL).parquet(*where["files"]).withColumn("_file", F.input_file_name())
+        else:
+            if where["format"] == "json":
+                df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
+            else:
+                df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+            piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
+            n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+            df = (df.withColumn("_piece", F.coalesce(piece, F.lit(""))).withColumn("_file", F.lit(",".join(where["files"])[:200]))
+                  .repartition(n, "_piece").sortWithinPartitions("_piece", "pos"))
+        result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
+        result.write.mode("overwrite").parquet(f"{out}/pieces")
+        pieces = spark.read.parquet(f"{out}/pieces")
+        counts = {r["status"]: (r["n"], r["events"]) for r in
+                  pieces.groupBy("status").agg(F.count("*").alias("n"), F.sum("events").alias("events")).collect()}
+        problems = pieces.where(F.col("status") != "valid")
+        problems.coalesce(1).write.mode("overwrite").json(f"{out}/violations")
+        shown = [r.asDict() for r in problems.orderBy("status", "piece").limit(50).collect()]
+        duplicated = [r["piece"] for r in pieces.where(F.col("piece").isNotNull()).groupBy("piece").count()
+                      .where(F.col("count") > 1).limit(5).collect()]
+    finally:
+        if own:
+            spark.stop()
+    summary = summarize(counts, where, time.perf_counter() - started)
+    if duplicated:
+        summary["errors"] = summary.get("errors", 0) + 1
+        summary["notes"].append(f"pieces split across tasks (layout not by piece?): {duplicated}")
+    summary["problems"] = shown
+    if not _is_remote(out):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return summary
+
+
+def summarize(counts: dict[str, tuple[int, int]], where: dict, seconds: float) -> dict[str, Any]:
+    events = sum(e or 0 for _, e in counts.values())
+    return {"layout": where["layout"], "files": len(where["files"]), "events": events,
+            "pieces": sum(n for n, _ in counts.values()),
+            "valid": counts.get("valid", (0, 0))[0], "violations": counts.get("violation", (0, 0))[0],
+            "unknown": counts.get("unknown", (0, 0))[0], "errors": counts.get("error", (0, 0))[0],
+            "seconds": round(seconds, 3), "events_per_s": round(events / seconds) if seconds > 0 else None, "notes": []}
+
+
+def local_summary(results: list[dict], where: dict, seconds: float) -> dict[str, Any]:
+    counts: dict[str, tuple[int, int]] = {}
+    for r in results:
+        n, e = counts.get(r["status"], (0, 0))
+        counts[r["status"]] = (n + 1, e + r["events"])
+    summary = summarize(counts, where, seconds)
+    summary["problems"] = sorted((r for r in results if r["status"] != "valid"), key=lambda r: (r["status"], r["piece"] or ""))
+    return summary
+
+
+def exit_code(summary: dict[str, Any]) -> int:
+    if summary["violations"]:
+        return 1
+    if summary["unknown"] or summary["errors"]:
+        return 2
+    return 0
