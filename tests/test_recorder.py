@@ -201,3 +201,16 @@ def test_sb_trace_records_one_valid_trace_per_test(tmp_path: Path) -> None:
         ops = check_pairing(events)
         ops_seen |= {s[0]["op"] for s in ops.values()}
     assert {"create-entity", "attach", "send", "receive", "complete", "close", "partition-down", "drop-connection"} <= ops_seen
+
+
+def test_certify_trace_records_the_certified_run(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "reference", "--report-dir",
+                          str(tmp_path / "report"), "--trace", str(tmp_path / "traces"), "--clause", "SETTLE-DEFR-*",
+                          "--", "tests/test_features.py"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "CERTIFIED" in run.stdout, run.stdout + run.stderr
+    files = sorted((tmp_path / "traces").glob("*.jsonl"))
+    assert files
+    for file in files:
+        events = list(read_jsonl(file))
+        check_pairing(events)
+    assert any(e["op"] == "receive-deferred" for file in files for e in read_jsonl(file))
