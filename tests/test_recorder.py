@@ -205,7 +205,7 @@ def test_sb_trace_records_one_valid_trace_per_test(tmp_path: Path) -> None:
 
 def test_certify_trace_records_the_certified_run(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "reference", "--report-dir",
-                          str(tmp_path / "report"), "--trace", str(tmp_path / "traces"), "--clause", "SETTLE-DEFR-*",
+                          str(tmp_path / "report"), "--trace", str(tmp_path / "traces"), "--clause", "SETTLE-DEFR-*", "--hypothesis-profile", "dev",
                           "--", "tests/test_features.py"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "CERTIFIED" in run.stdout, run.stdout + run.stderr
     files = sorted((tmp_path / "traces").glob("*.jsonl"))
