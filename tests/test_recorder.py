@@ -35,6 +35,7 @@ def check_pairing(events: list[dict]) -> dict[int, list[dict]]:
         assert len({(s["client"], s["op"]) for s in steps}) == 1, steps
         if rest == ["fail"]:
             assert steps[1]["error"], steps
+        assert all(s["args"] is None for s in steps[1:]), steps  # args are the invoke's
     return ops
 
 
@@ -76,6 +77,7 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
     assert json.loads(create[1]["result"])["description"]["max_delivery_count"] == 2
     sends = by_op["send"]
     assert [s[1]["seq"] for s in sends] == [1, 2, 3, 4]
+    assert all(s[1]["partition"] is None for s in sends)  # not partitioned
     assert [s[0]["message_id"] for s in sends] == ["m1", "m2", "m3", "m4"]
     batch_ids = {json.loads(s[0]["args"]).get("batch") for s in sends}
     assert batch_ids == {None, sends[2][0]["op_id"]}  # the batch's two sends share the first one's op id
@@ -129,6 +131,8 @@ def test_faults_partitions_and_dropped_connections_are_recorded(recorded) -> Non
     assert created[0][0]["entity"] == "1:pq"  # the second namespace of the trace
     assert json.loads(created[0][1]["result"])["partitions"] == 2
     assert created[1][0]["entity"] == "q"
+    sent = [e for e in events() if e["op"] == "send" and e["phase"] == "ok"][0]
+    assert sent["partition"] == got[0].partition and sent["seq"] == got[0].sequence_number
     delivered = [e for e in events() if e["op"] == "receive" and e["phase"] == "ok"][0]
     assert delivered["partition"] == got[0].partition and delivered["partition_key"] == "a"
     down = [s for s in steps if s[0]["op"] == "partition-down"][0]
@@ -186,7 +190,7 @@ def run_pytest(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_sb_trace_records_one_valid_trace_per_test(tmp_path: Path) -> None:
-    run = run_pytest("tests/test_features.py", "--sb-clause", "SETTLE-LOCK-*", "--sb-clause", "PART-KEY-*",
+    run = run_pytest("tests/test_features.py", "--sb-clause", "SETTLE-LOCK-*", "--sb-clause", "PART-KEY-*", "--sb-clause", "PART-TXN-*",
                      "--sb-trace", str(tmp_path))
     assert run.returncode == 0, run.stdout + run.stderr
     passed = int(run.stdout.strip().splitlines()[-1].split(" passed")[0].split()[-1])
@@ -201,6 +205,7 @@ def test_sb_trace_records_one_valid_trace_per_test(tmp_path: Path) -> None:
         ops = check_pairing(events)
         ops_seen |= {s[0]["op"] for s in ops.values()}
     assert {"create-entity", "attach", "send", "receive", "complete", "close", "partition-down", "drop-connection"} <= ops_seen
+    assert any(json.loads(e["args"] or "{}").get("transaction") for file in files for e in read_jsonl(file))
 
 
 def test_certify_trace_records_the_certified_run(tmp_path: Path) -> None:

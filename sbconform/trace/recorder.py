@@ -211,6 +211,7 @@ class RecordingTarget(Target):
         self.operation_timeout = target.operation_timeout
         self._clients: dict[int, _Client] = {}  # id(handle) -> client
         self._handles: list[Handle] = []  # keeps ids unique while recorded
+        self._partitioned: set[str] = set()  # entities created partitioned (through this wrapper)
 
     def __getattr__(self, name: str) -> Any:  # target-specific extras (clock_tolerance, namespace...)
         if name == "target":
@@ -257,7 +258,7 @@ class RecordingTarget(Target):
             phase = "info"
             extra = {"result": {"exception": f"{type(error).__name__}: {error}"[:500]}}
         for op_id, fields in ops:
-            self._emit(op, op_id, phase, who, {**{k: v for k, v in fields.items() if k != "result"}, **extra})
+            self._emit(op, op_id, phase, who, {**{k: v for k, v in fields.items() if k not in ("args", "result")}, **extra})
 
     def _call(
         self,
@@ -365,6 +366,8 @@ class RecordingTarget(Target):
                         result["partitions"] = STANDARD_PARTITION_COUNT
             elif self.partitions is not None:
                 result["partitions"] = self.partitions
+            if (result.get("partitions") or 0) > 1:
+                self._partitioned.add(path)
             return [{"entity": path, "result": result}]
 
         args = {"kind": kind, "name": name, **(extra or {}), "properties": dict(properties) or None}
@@ -462,10 +465,20 @@ class RecordingTarget(Target):
             "args": {**message_args(message), **args},
         }
 
-    @staticmethod
-    def _seqs(result: Any, count: int) -> list[dict[str, Any]]:
+    def _seqs(self, result: Any, count: int, path: str | None = None) -> list[dict[str, Any]]:
+        """The ok fields of ``count`` sends from what the call returned: ``seq``, and on a
+        partitioned entity the partition it names (its top bits, as on Service Bus)."""
+        from reference.partitioning import partition_of
+
         seqs = list(result) if isinstance(result, (list, tuple)) and len(result) == count else [None] * count
-        return [{"seq": s if isinstance(s, int) and not isinstance(s, bool) else None} for s in seqs]
+        out = []
+        for s in seqs:
+            seq = s if isinstance(s, int) and not isinstance(s, bool) else None
+            fields: dict[str, Any] = {"seq": seq}
+            if seq is not None and path in self._partitioned:
+                fields["partition"] = partition_of(seq)
+            out.append(fields)
+        return out
 
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
         who = self._who(sender)
@@ -473,14 +486,14 @@ class RecordingTarget(Target):
         if batch:
             each = [self._send_fields(sender, m) for m in messages]
             result = self._group("send", who, each, lambda: self.target.send(sender, messages, batch=True),
-                                 lambda r: self._seqs(r, len(messages)))
+                                 lambda r: self._seqs(r, len(messages), sender.path))
             return list(result) if isinstance(result, (list, tuple)) else [None] * len(messages)
         out: list[int | None] = []
         for message in messages:  # one by one, each its own transfer: each its own operation
             result = self._call("send", who, self._send_fields(sender, message),
                                 lambda m=message: self.target.send(sender, [m]),
                                 lambda r, m=message: [{"message_id": m.message_id, "session": m.session_id,
-                                                       "partition_key": m.partition_key, **self._seqs(r, 1)[0]}])
+                                                       "partition_key": m.partition_key, **self._seqs(r, 1, sender.path)[0]}])
             out.extend(result if isinstance(result, (list, tuple)) and len(result) == 1 else [None])
         return out
 
@@ -489,7 +502,7 @@ class RecordingTarget(Target):
         messages = list(messages)
         each = [self._send_fields(sender, m, concurrent=True) for m in messages]
         return self._group("send", who, each, lambda: self.target.send_concurrently(sender, messages),
-                           lambda r: self._seqs(r, len(messages)), group_key="concurrent_group", unknown=True)
+                           lambda r: self._seqs(r, len(messages), sender.path), group_key="concurrent_group", unknown=True)
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         who = self._who(sender)
@@ -532,7 +545,8 @@ class RecordingTarget(Target):
                 self._outcome([(op_id, fields)], "send", who, error)
             raise
         flat = [s for part in result for s in part] if isinstance(result, (list, tuple)) else None
-        seqs = self._seqs(flat, count)
+        flat = flat if flat is not None and len(flat) == count else [None] * count
+        seqs = [self._seqs([s], 1, fields["entity"])[0] for s, fields in zip(flat, each)]
         for op_id, fields, who, seq in zip(op_ids, each, who_of, seqs):
             self._emit("send", op_id, "ok", who, {**{k: v for k, v in fields.items() if k != "args"}, **seq})
         return result
@@ -542,7 +556,7 @@ class RecordingTarget(Target):
         messages = list(messages)
         each = [self._send_fields(sender, m, enqueue_time=enqueue_time) for m in messages]
         return self._group("schedule", who, each, lambda: self.target.schedule(sender, messages, enqueue_time),
-                           lambda r: self._seqs(r, len(messages)))
+                           lambda r: self._seqs(r, len(messages), sender.path))
 
     def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
         who = self._who(sender)
