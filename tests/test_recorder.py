@@ -219,3 +219,20 @@ def test_certify_trace_records_the_certified_run(tmp_path: Path) -> None:
         events = list(read_jsonl(file))
         check_pairing(events)
     assert any(e["op"] == "receive-deferred" for file in files for e in read_jsonl(file))
+
+
+def test_an_exception_that_is_not_a_broker_error_is_an_unknown_outcome(tmp_path: Path) -> None:
+    class Broken(ReferenceTarget):
+        def peek(self, receiver, max_count=1, from_sequence_number=1):
+            raise RuntimeError("socket closed")
+
+    path = tmp_path / "t.jsonl"
+    recorder = TraceRecorder(JsonlWriter(path, "unit"), "unit")
+    target = RecordingTarget(Broken(), recorder)
+    receiver = target.receiver(target.create_queue("q"))
+    with pytest.raises(RuntimeError):
+        target.peek(receiver)
+    recorder.close()
+    info = [e for e in read_jsonl(path) if e["op"] == "peek"][-1]
+    assert info["phase"] == "info" and info["error"] is None
+    assert json.loads(info["result"]) == {"exception": "RuntimeError: socket closed"}
