@@ -61,6 +61,7 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
     receiver = target.receiver(q)
     got = target.receive(receiver, max_count=3)
     assert [m.message_id for m in got] == ["m1", "m2", "m3"]
+    assert len(target.peek(receiver, 3)) == 3
     target.complete(receiver, got[0])
     target.wait(6000)  # the other locks expire
     with pytest.raises(ServiceBusError):
@@ -73,8 +74,10 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
         by_op[steps[0]["op"]].append(steps)
     create = by_op["create-entity"][0]
     assert create[0]["client"] == ADMIN and create[0]["entity"] == "q"
-    assert json.loads(create[0]["args"])["properties"] == {"lock_duration": 5000, "max_delivery_count": 2}
-    assert json.loads(create[1]["result"])["description"]["max_delivery_count"] == 2
+    assert json.loads(create[0]["args"]) == {"lock_duration": 5000, "max_delivery_count": 2}
+    result = json.loads(create[1]["result"])
+    assert result["description"]["max_delivery_count"] == 2 and result["description"]["requires_session"] is False
+    assert result["kind"] == "queue" and result["path"] == "q"
     sends = by_op["send"]
     assert [s[1]["seq"] for s in sends] == [1, 2, 3, 4]
     assert all(s[1]["partition"] is None for s in sends)  # not partitioned
@@ -89,6 +92,8 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
     assert len({s["lock"] for s in oks}) == 3
     sender_client = sends[0][0]["client"]
     assert receive[0]["client"] != sender_client and receive[0]["conn"] == receive[0]["client"] + ".1"
+    peeked = by_op["peek"][0][1:]
+    assert [p["message_id"] for p in peeked] == ["m1", "m2", "m3"] and all(p["lock"] is None for p in peeked)
     complete_ok, complete_fail = by_op["complete"]
     assert complete_ok[1]["phase"] == "ok" and complete_ok[1]["lock"] == oks[0]["lock"]
     assert complete_fail[1]["phase"] == "fail" and complete_fail[1]["error"] == ErrorCode.MESSAGE_LOCK_LOST.value
@@ -130,6 +135,7 @@ def test_faults_partitions_and_dropped_connections_are_recorded(recorded) -> Non
     created = [s for s in steps if s[0]["op"] == "create-entity"]
     assert created[0][0]["entity"] == "1:pq"  # the second namespace of the trace
     assert json.loads(created[0][1]["result"])["partitions"] == 2
+    assert json.loads(created[0][1]["result"])["description"]["enable_partitioning"] is True  # Premium: always
     assert created[1][0]["entity"] == "q"
     sent = [e for e in events() if e["op"] == "send" and e["phase"] == "ok"][0]
     assert sent["partition"] == got[0].partition and sent["seq"] == got[0].sequence_number

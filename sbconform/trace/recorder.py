@@ -349,7 +349,7 @@ class RecordingTarget(Target):
     # ----------------------------------------------------------- management
     def _created(self, kind: str, name: str, properties: Mapping[str, Any], call: Callable[[], str], entity: str, extra: Mapping[str, Any] | None = None) -> str:
         def oks(path: str) -> list[dict[str, Any]]:
-            result: dict[str, Any] = {"path": path}
+            result: dict[str, Any] = {"path": path, "kind": kind, **(extra or {})}
             if "entity-management" in self.capabilities:
                 try:
                     description = self.target.describe_entity(path)
@@ -370,8 +370,9 @@ class RecordingTarget(Target):
                 self._partitioned.add(path)
             return [{"entity": path, "result": result}]
 
-        args = {"kind": kind, "name": name, **(extra or {}), "properties": dict(properties) or None}
-        return self._call("create-entity", (ADMIN, None), {"entity": entity, "args": args}, call, oks)
+        # args: the EntityDescription fields the run gave, as they are (schema: "the entity
+        # description"); what the entity became (defaults, a Premium namespace's rules) is the ok's result
+        return self._call("create-entity", (ADMIN, None), {"entity": entity, "args": dict(properties)}, call, oks)
 
     def create_queue(self, name: str, **properties: Any) -> str:
         return self._created("queue", name, properties, lambda: self.target.create_queue(name, **properties), name)
@@ -583,8 +584,15 @@ class RecordingTarget(Target):
 
     def peek(self, receiver: Handle, max_count: int = 1, from_sequence_number: int = 1) -> list[Received]:
         args = {"max_count": max_count, "from_seq": from_sequence_number}
+
+        def oks(found: Sequence[Received]) -> list[dict[str, Any]]:
+            out = self._deliveries(found)
+            for fields in out:  # a peek takes no lock (whatever token the target shows of a locked message)
+                fields["lock"] = None
+            return out
+
         return self._call("peek", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id, "args": args},
-                          lambda: self.target.peek(receiver, max_count, from_sequence_number), self._deliveries)
+                          lambda: self.target.peek(receiver, max_count, from_sequence_number), oks)
 
     def _settle(self, op: str, receiver: Handle, message: Received, call: Callable[[], Any], args: Mapping[str, Any] | None = None,
                 oks: Callable[[Any], Iterable[Mapping[str, Any]]] | None = None) -> Any:
