@@ -35,6 +35,7 @@ def check_pairing(events: list[dict]) -> dict[int, list[dict]]:
         assert len({(s["client"], s["op"]) for s in steps}) == 1, steps
         if rest == ["fail"]:
             assert steps[1]["error"], steps
+        assert all(s["args"] is None for s in steps[1:]), steps  # args are the invoke's
     return ops
 
 
@@ -60,6 +61,7 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
     receiver = target.receiver(q)
     got = target.receive(receiver, max_count=3)
     assert [m.message_id for m in got] == ["m1", "m2", "m3"]
+    assert len(target.peek(receiver, 3)) == 3
     target.complete(receiver, got[0])
     target.wait(6000)  # the other locks expire
     with pytest.raises(ServiceBusError):
@@ -72,10 +74,13 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
         by_op[steps[0]["op"]].append(steps)
     create = by_op["create-entity"][0]
     assert create[0]["client"] == ADMIN and create[0]["entity"] == "q"
-    assert json.loads(create[0]["args"])["properties"] == {"lock_duration": 5000, "max_delivery_count": 2}
-    assert json.loads(create[1]["result"])["description"]["max_delivery_count"] == 2
+    assert json.loads(create[0]["args"]) == {"lock_duration": 5000, "max_delivery_count": 2}
+    result = json.loads(create[1]["result"])
+    assert result["description"]["max_delivery_count"] == 2 and result["description"]["requires_session"] is False
+    assert result["kind"] == "queue" and result["path"] == "q"
     sends = by_op["send"]
     assert [s[1]["seq"] for s in sends] == [1, 2, 3, 4]
+    assert all(s[1]["partition"] is None for s in sends)  # not partitioned
     assert [s[0]["message_id"] for s in sends] == ["m1", "m2", "m3", "m4"]
     batch_ids = {json.loads(s[0]["args"]).get("batch") for s in sends}
     assert batch_ids == {None, sends[2][0]["op_id"]}  # the batch's two sends share the first one's op id
@@ -87,6 +92,8 @@ def test_calls_become_paired_events_with_the_fields_of_the_format(recorded) -> N
     assert len({s["lock"] for s in oks}) == 3
     sender_client = sends[0][0]["client"]
     assert receive[0]["client"] != sender_client and receive[0]["conn"] == receive[0]["client"] + ".1"
+    peeked = by_op["peek"][0][1:]
+    assert [p["message_id"] for p in peeked] == ["m1", "m2", "m3"] and all(p["lock"] is None for p in peeked)
     complete_ok, complete_fail = by_op["complete"]
     assert complete_ok[1]["phase"] == "ok" and complete_ok[1]["lock"] == oks[0]["lock"]
     assert complete_fail[1]["phase"] == "fail" and complete_fail[1]["error"] == ErrorCode.MESSAGE_LOCK_LOST.value
@@ -128,7 +135,10 @@ def test_faults_partitions_and_dropped_connections_are_recorded(recorded) -> Non
     created = [s for s in steps if s[0]["op"] == "create-entity"]
     assert created[0][0]["entity"] == "1:pq"  # the second namespace of the trace
     assert json.loads(created[0][1]["result"])["partitions"] == 2
+    assert json.loads(created[0][1]["result"])["description"]["enable_partitioning"] is True  # Premium: always
     assert created[1][0]["entity"] == "q"
+    sent = [e for e in events() if e["op"] == "send" and e["phase"] == "ok"][0]
+    assert sent["partition"] == got[0].partition and sent["seq"] == got[0].sequence_number
     delivered = [e for e in events() if e["op"] == "receive" and e["phase"] == "ok"][0]
     assert delivered["partition"] == got[0].partition and delivered["partition_key"] == "a"
     down = [s for s in steps if s[0]["op"] == "partition-down"][0]
@@ -186,7 +196,7 @@ def run_pytest(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_sb_trace_records_one_valid_trace_per_test(tmp_path: Path) -> None:
-    run = run_pytest("tests/test_features.py", "--sb-clause", "SETTLE-LOCK-*", "--sb-clause", "PART-KEY-*",
+    run = run_pytest("tests/test_features.py", "--sb-clause", "SETTLE-LOCK-*", "--sb-clause", "PART-KEY-*", "--sb-clause", "PART-TXN-*",
                      "--sb-trace", str(tmp_path))
     assert run.returncode == 0, run.stdout + run.stderr
     passed = int(run.stdout.strip().splitlines()[-1].split(" passed")[0].split()[-1])
@@ -201,3 +211,39 @@ def test_sb_trace_records_one_valid_trace_per_test(tmp_path: Path) -> None:
         ops = check_pairing(events)
         ops_seen |= {s[0]["op"] for s in ops.values()}
     assert {"create-entity", "attach", "send", "receive", "complete", "close", "partition-down", "drop-connection"} <= ops_seen
+    committed = []
+    for file in files:
+        events = list(read_jsonl(file))
+        in_transactions = {e["op_id"] for e in events if json.loads(e["args"] or "{}").get("transaction")}
+        committed += [e for e in events if e["op_id"] in in_transactions and e["phase"] == "ok"]
+    assert committed and all(isinstance(e["seq"], int) for e in committed)  # the reference tells a transaction's numbers
+
+
+def test_certify_trace_records_the_certified_run(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "reference", "--report-dir",
+                          str(tmp_path / "report"), "--trace", str(tmp_path / "traces"), "--clause", "SETTLE-DEFR-*", "--hypothesis-profile", "dev",
+                          "--", "tests/test_features.py"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "CERTIFIED" in run.stdout, run.stdout + run.stderr
+    files = sorted((tmp_path / "traces").glob("*.jsonl"))
+    assert files
+    for file in files:
+        events = list(read_jsonl(file))
+        check_pairing(events)
+    assert any(e["op"] == "receive-deferred" for file in files for e in read_jsonl(file))
+
+
+def test_an_exception_that_is_not_a_broker_error_is_an_unknown_outcome(tmp_path: Path) -> None:
+    class Broken(ReferenceTarget):
+        def peek(self, receiver, max_count=1, from_sequence_number=1):
+            raise RuntimeError("socket closed")
+
+    path = tmp_path / "t.jsonl"
+    recorder = TraceRecorder(JsonlWriter(path, "unit"), "unit")
+    target = RecordingTarget(Broken(), recorder)
+    receiver = target.receiver(target.create_queue("q"))
+    with pytest.raises(RuntimeError):
+        target.peek(receiver)
+    recorder.close()
+    info = [e for e in read_jsonl(path) if e["op"] == "peek"][-1]
+    assert info["phase"] == "info" and info["error"] is None
+    assert json.loads(info["result"]) == {"exception": "RuntimeError: socket closed"}

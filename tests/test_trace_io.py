@@ -235,3 +235,14 @@ def test_convert_command(tmp_path: Path) -> None:
     run = sbconform("convert", str(tmp_path / "bad.jsonl"), str(tmp_path / "bad.parquet"))
     assert run.returncode == 2 and "bad.jsonl:1" in run.stderr
     assert not (tmp_path / "bad.parquet").exists()
+
+
+def test_an_incomplete_last_line_followed_by_blank_lines_is_still_a_cut(tmp_path: Path) -> None:
+    events = sample(4)
+    path = tmp_path / "cut.jsonl"
+    write_jsonl(path, events)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1] + [lines[-1][:10]]) + "\n\n\n")
+    cuts = []
+    assert list(read_jsonl(path, on_cut=cuts.append)) == events[:-1]
+    assert cuts[0].line == 5 and "incomplete JSON" in str(cuts[0])

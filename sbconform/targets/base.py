@@ -207,12 +207,14 @@ class Target(ABC):
         Returns one entry per message: its sequence number, or ``None`` where the target
         cannot tell (or the broker dropped it as a duplicate). Traces record them."""
 
-    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
-        """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003)."""
-        self.send(sender, messages)
+    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> list[int | None] | None:
+        """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003).
+        Returns what ``send`` returns, or None."""
+        return self.send(sender, messages)
 
-    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
-        """Send everything in one transaction, committed together (capability ``transactions``)."""
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]] | None:
+        """Send everything in one transaction, committed together (capability ``transactions``).
+        Returns each send's sequence numbers as ``send`` does, or None if the target cannot tell."""
         self.require("transactions")
         raise NotImplementedError
 

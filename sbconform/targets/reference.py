@@ -193,11 +193,11 @@ class ReferenceTarget(Target):
             out.extend(self.namespace.send(sender.private, sender.path, message))
         return out
 
-    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]]:
         if not sends:
-            return
+            return []
         conn = sends[0][0].private
-        self.namespace.send_transaction(conn, [(handle.path, list(messages)) for handle, messages in sends])
+        return self.namespace.send_transaction(conn, [(handle.path, list(messages)) for handle, messages in sends])
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         for message in messages:

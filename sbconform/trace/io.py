@@ -189,7 +189,7 @@ def read_jsonl(
             try:
                 obj = json.loads(raw)
             except ValueError as error:
-                if f.peek(1) if hasattr(f, "peek") else False:  # more follows: a bad line, not a cut
+                if f.read().strip():  # more follows: a bad line, not a cut
                     raise TraceFormatError(f"{where}: not a JSON object ({error})") from None
                 pending = raw
                 break

@@ -211,6 +211,7 @@ class RecordingTarget(Target):
         self.operation_timeout = target.operation_timeout
         self._clients: dict[int, _Client] = {}  # id(handle) -> client
         self._handles: list[Handle] = []  # keeps ids unique while recorded
+        self._partitioned: set[str] = set()  # entities created partitioned (through this wrapper)
 
     def __getattr__(self, name: str) -> Any:  # target-specific extras (clock_tolerance, namespace...)
         if name == "target":
@@ -257,7 +258,7 @@ class RecordingTarget(Target):
             phase = "info"
             extra = {"result": {"exception": f"{type(error).__name__}: {error}"[:500]}}
         for op_id, fields in ops:
-            self._emit(op, op_id, phase, who, {**{k: v for k, v in fields.items() if k != "result"}, **extra})
+            self._emit(op, op_id, phase, who, {**{k: v for k, v in fields.items() if k not in ("args", "result")}, **extra})
 
     def _call(
         self,
@@ -348,7 +349,7 @@ class RecordingTarget(Target):
     # ----------------------------------------------------------- management
     def _created(self, kind: str, name: str, properties: Mapping[str, Any], call: Callable[[], str], entity: str, extra: Mapping[str, Any] | None = None) -> str:
         def oks(path: str) -> list[dict[str, Any]]:
-            result: dict[str, Any] = {"path": path}
+            result: dict[str, Any] = {"path": path, "kind": kind, **(extra or {})}
             if "entity-management" in self.capabilities:
                 try:
                     description = self.target.describe_entity(path)
@@ -365,10 +366,13 @@ class RecordingTarget(Target):
                         result["partitions"] = STANDARD_PARTITION_COUNT
             elif self.partitions is not None:
                 result["partitions"] = self.partitions
+            if (result.get("partitions") or 0) > 1:
+                self._partitioned.add(path)
             return [{"entity": path, "result": result}]
 
-        args = {"kind": kind, "name": name, **(extra or {}), "properties": dict(properties) or None}
-        return self._call("create-entity", (ADMIN, None), {"entity": entity, "args": args}, call, oks)
+        # args: the EntityDescription fields the run gave, as they are (schema: "the entity
+        # description"); what the entity became (defaults, a Premium namespace's rules) is the ok's result
+        return self._call("create-entity", (ADMIN, None), {"entity": entity, "args": dict(properties)}, call, oks)
 
     def create_queue(self, name: str, **properties: Any) -> str:
         return self._created("queue", name, properties, lambda: self.target.create_queue(name, **properties), name)
@@ -462,10 +466,20 @@ class RecordingTarget(Target):
             "args": {**message_args(message), **args},
         }
 
-    @staticmethod
-    def _seqs(result: Any, count: int) -> list[dict[str, Any]]:
+    def _seqs(self, result: Any, count: int, path: str | None = None) -> list[dict[str, Any]]:
+        """The ok fields of ``count`` sends from what the call returned: ``seq``, and on a
+        partitioned entity the partition it names (its top bits, as on Service Bus)."""
+        from reference.partitioning import partition_of
+
         seqs = list(result) if isinstance(result, (list, tuple)) and len(result) == count else [None] * count
-        return [{"seq": s if isinstance(s, int) and not isinstance(s, bool) else None} for s in seqs]
+        out = []
+        for s in seqs:
+            seq = s if isinstance(s, int) and not isinstance(s, bool) else None
+            fields: dict[str, Any] = {"seq": seq}
+            if seq is not None and path in self._partitioned:
+                fields["partition"] = partition_of(seq)
+            out.append(fields)
+        return out
 
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
         who = self._who(sender)
@@ -473,14 +487,14 @@ class RecordingTarget(Target):
         if batch:
             each = [self._send_fields(sender, m) for m in messages]
             result = self._group("send", who, each, lambda: self.target.send(sender, messages, batch=True),
-                                 lambda r: self._seqs(r, len(messages)))
+                                 lambda r: self._seqs(r, len(messages), sender.path))
             return list(result) if isinstance(result, (list, tuple)) else [None] * len(messages)
         out: list[int | None] = []
         for message in messages:  # one by one, each its own transfer: each its own operation
             result = self._call("send", who, self._send_fields(sender, message),
                                 lambda m=message: self.target.send(sender, [m]),
                                 lambda r, m=message: [{"message_id": m.message_id, "session": m.session_id,
-                                                       "partition_key": m.partition_key, **self._seqs(r, 1)[0]}])
+                                                       "partition_key": m.partition_key, **self._seqs(r, 1, sender.path)[0]}])
             out.extend(result if isinstance(result, (list, tuple)) and len(result) == 1 else [None])
         return out
 
@@ -489,7 +503,7 @@ class RecordingTarget(Target):
         messages = list(messages)
         each = [self._send_fields(sender, m, concurrent=True) for m in messages]
         return self._group("send", who, each, lambda: self.target.send_concurrently(sender, messages),
-                           lambda r: self._seqs(r, len(messages)), group_key="concurrent_group", unknown=True)
+                           lambda r: self._seqs(r, len(messages), sender.path), group_key="concurrent_group", unknown=True)
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         who = self._who(sender)
@@ -532,7 +546,8 @@ class RecordingTarget(Target):
                 self._outcome([(op_id, fields)], "send", who, error)
             raise
         flat = [s for part in result for s in part] if isinstance(result, (list, tuple)) else None
-        seqs = self._seqs(flat, count)
+        flat = flat if flat is not None and len(flat) == count else [None] * count
+        seqs = [self._seqs([s], 1, fields["entity"])[0] for s, fields in zip(flat, each)]
         for op_id, fields, who, seq in zip(op_ids, each, who_of, seqs):
             self._emit("send", op_id, "ok", who, {**{k: v for k, v in fields.items() if k != "args"}, **seq})
         return result
@@ -542,7 +557,7 @@ class RecordingTarget(Target):
         messages = list(messages)
         each = [self._send_fields(sender, m, enqueue_time=enqueue_time) for m in messages]
         return self._group("schedule", who, each, lambda: self.target.schedule(sender, messages, enqueue_time),
-                           lambda r: self._seqs(r, len(messages)))
+                           lambda r: self._seqs(r, len(messages), sender.path))
 
     def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
         who = self._who(sender)
@@ -569,8 +584,15 @@ class RecordingTarget(Target):
 
     def peek(self, receiver: Handle, max_count: int = 1, from_sequence_number: int = 1) -> list[Received]:
         args = {"max_count": max_count, "from_seq": from_sequence_number}
+
+        def oks(found: Sequence[Received]) -> list[dict[str, Any]]:
+            out = self._deliveries(found)
+            for fields in out:  # a peek takes no lock (whatever token the target shows of a locked message)
+                fields["lock"] = None
+            return out
+
         return self._call("peek", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id, "args": args},
-                          lambda: self.target.peek(receiver, max_count, from_sequence_number), self._deliveries)
+                          lambda: self.target.peek(receiver, max_count, from_sequence_number), oks)
 
     def _settle(self, op: str, receiver: Handle, message: Received, call: Callable[[], Any], args: Mapping[str, Any] | None = None,
                 oks: Callable[[Any], Iterable[Mapping[str, Any]]] | None = None) -> Any:
