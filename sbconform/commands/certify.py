@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
         hypothesis_profile=args.hypothesis_profile,
         pytest_args=args.pytest_args,
         clauses=args.clause,
+        jobs=args.jobs,
     )
 
 
@@ -32,5 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clause", action="append", default=[], metavar="PATTERN",
                    help="certify only these clauses: an id, a glob (PART-KEY-*) or an area (repeatable); "
                         "the others are reported as skipped, not selected")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run the tests in this many pytest processes side by side (real-time targets wait in parallel)")
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     p.set_defaults(func=run)

@@ -541,11 +541,13 @@ class Server:
                 return
             try:
                 self._authorize(state, address)
-                entity = self.namespace._sending_entity(address)
+                self.namespace._sending_entity(address)
             except ServiceBusError as error:
                 self._refuse(link, error)
                 return
-            link.max_message_size = entity.description.max_message_size
+            # No max-message-size on the link (the SDK then allows 1 MiB): the entity's own
+            # limit is the model's, and a message over it is rejected with
+            # amqp:link:message-size-exceeded, details and tracking id included.
             link.open()
             link.flow(SEND_CREDIT)
             return
@@ -646,9 +648,9 @@ class Server:
     def _refuse(self, link: Link, error: ServiceBusError) -> None:
         """ATTACH with a null terminus, then DETACH with the error."""
         if link.is_sender:
-            link.source.address = None
+            link.source.type = Terminus.UNSPECIFIED  # encoded as a null source
         else:
-            link.target.address = None
+            link.target.type = Terminus.UNSPECIFIED
         link.open()
         link.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
         link.close()
@@ -1080,6 +1082,8 @@ class Server:
                 ns.make_unavailable(path, ErrorCode(str(body.get("code", "entity-unavailable"))), body.get("transient"))
             self._mark_all_dirty()
             return {}
+        if operation == "cpu":
+            return {"cpu": time.process_time()}
         if operation == "now":
             return {"now": self.clock.now, "epoch": self.clock.epoch_ms}
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unknown control operation {operation!r}")

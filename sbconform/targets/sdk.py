@@ -91,10 +91,10 @@ def parse_connection_string(text: str) -> dict[str, str]:
 class ServeProcess:
     """``sbconform serve`` in a child process on a free port."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: Sequence[str] = ()) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0"],
+            [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         )
         first = self.process.stdout.readline()  # type: ignore[union-attr]
