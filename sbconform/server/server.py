@@ -652,7 +652,7 @@ class Server:
         else:
             link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+        link.condition = _condition(error)
         link.close()
 
     def _authorize(self, state: ConnState, path: str) -> None:
@@ -692,7 +692,7 @@ class Server:
             found = self.namespace.receive(r.conn.model_conn, r.path, credit, r.mode, r.session_id)
         except ServiceBusError as error:
             self.waiting[r.key].discard(r)
-            link.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+            link.condition = _condition(error)
             link.close()
             return
         settled = r.mode == RECEIVE_AND_DELETE
@@ -757,7 +757,7 @@ class Server:
         if dlv.settled:
             return  # the client settled first (older SDKs): it expects no answer
         if error is not None:
-            dlv.local.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+            dlv.local.condition = _condition(error)
             dlv.update(Delivery.REJECTED)
         elif reply == Delivery.REJECTED:
             dlv.update(Delivery.REJECTED)
@@ -861,7 +861,7 @@ class Server:
             dlv.settle()
             return
         if error is not None:
-            dlv.local.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+            dlv.local.condition = _condition(error)
             dlv.update(Delivery.REJECTED)
         else:
             dlv.update(Delivery.ACCEPTED)
@@ -1087,6 +1087,12 @@ class Server:
         if operation == "now":
             return {"now": self.clock.now, "epoch": self.clock.epoch_ms}
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unknown control operation {operation!r}")
+
+
+def _condition(error: ServiceBusError) -> Condition:
+    """The AMQP error for a model error. The info map is always present (with the
+    tracking id): the SDK reads the error's third field and fails on a shorter list."""
+    return Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
 
 
 def _header(ttl: int | None, delivery_count: int) -> bytes:
