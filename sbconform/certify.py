@@ -53,7 +53,7 @@ def certify(
     for pattern in clauses:
         command += ["--sb-clause", pattern]
     command += list(pytest_args)
-    env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile}
+    env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile, "SBCONFORM_CERTIFY_CHILD": "1"}
     print(f"sbconform: certifying target {target!r}: {' '.join(command[3:])}", flush=True)
     if jobs > 1:
         raw = _run_sharded(command, raw_path, env, jobs)
@@ -80,11 +80,14 @@ def certify(
 def _run_sharded(command: list[str], raw_path: Path, env: dict[str, str], jobs: int) -> dict | None:
     """Collect the selected tests once, run them in ``jobs`` pytest processes, merge the results."""
     collect = [c for c in command if c not in ("--sb-report-json", str(raw_path))]
-    listing = subprocess.run(collect + ["--collect-only", "-q"], cwd=REPO, env=env, capture_output=True, text=True)
+    listing = subprocess.run(collect + ["--collect-only"], cwd=REPO, env=env, capture_output=True, text=True)
     if listing.returncode not in (0, 5):
         print(f"sbconform: collecting the tests failed:\n{listing.stdout[-2000:]}{listing.stderr[-2000:]}", file=sys.stderr)
         return None
     ids = [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if not ids:
+        print(f"sbconform: no tests collected:\n{listing.stdout[-2000:]}", file=sys.stderr)
+        return None
     shards = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
     base = [c for c in command if not c.endswith("/tests") and c != str(REPO / "tests")]
     runs = []

@@ -52,7 +52,6 @@ CONFIG = {
     }
 }
 
-pytestmark = pytest.mark.clauses("SETTLE-SEND-001")
 
 
 @pytest.fixture(scope="module")

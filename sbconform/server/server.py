@@ -789,7 +789,8 @@ class Server:
             msg.address = m.to
         if m.reply_to is not None:
             msg.reply_to = m.reply_to
-        ttl = m.time_to_live if m.time_to_live is not None and d.expires_at < NEVER else None
+        # the effective time to live (the entity default caps the message's: SETTLE-TTL-001)
+        ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
         annotations = {
             X_SEQ: d.sequence_number,
             X_ENQ: timestamp(epoch + d.enqueued_time),

@@ -211,13 +211,17 @@ def translate(error: BaseException) -> ServiceBusError:
         (x.ServiceBusServerBusyError, ErrorCode.SERVER_BUSY),
         (x.MessagingEntityDisabledError, ErrorCode.ENTITY_UNAVAILABLE),
         (x.MessagingEntityAlreadyExistsError, ErrorCode.ENTITY_ALREADY_EXISTS),
-        (x.MessageAlreadySettled, ErrorCode.INVALID_OPERATION),
+        # the SDK refuses locally to settle a message twice: the lock is gone (SETTLE-COMP-002)
+        (x.MessageAlreadySettled, ErrorCode.MESSAGE_LOCK_LOST),
     ]
     for cls, code in mapping:
         if isinstance(error, cls):
             break
     else:
         condition = getattr(error, "condition", None)
+        found = re.search(r"Error condition: ([\w:.-]+)", str(error))
+        if condition is None and found:
+            condition = found[1].rstrip(".")
         if condition is not None:
             value = getattr(condition, "value", condition)
             text = value.decode() if isinstance(value, bytes) else str(value)
