@@ -277,34 +277,36 @@ def test_abrupt_disconnects_lose_no_accepted_message(serve: Serve, kept: list[st
 
 
 def test_200_concurrent_connections(serve: Serve) -> None:
-    """200 clients at once, each authenticating and sending one message: all stored."""
+    """200 clients connected at once, each authenticated on $cbs with a sender link: every
+    message each sends is stored, and the SDK is served meanwhile."""
+    from proton import Message
+    from proton.utils import BlockingConnection, SyncRequestResponse
+
     with client(serve) as c, c.get_queue_receiver("fuzz", receive_mode="receiveanddelete") as r:
         while r.receive_messages(250, max_wait_time=0.5):
             pass  # start from an empty queue
-    proxy = Recorder(serve.port)
-    c = ServiceBusClient.from_connection_string(connection_string(proxy.port), retry_total=0)
-    with c, c.get_queue_sender("fuzz") as sender:
-        sender.send_messages(ServiceBusMessage("one", message_id="one"))
-    proxy.thread.join(10)
-    stream = bytes(proxy.sent)
     count = 200
-    socks = [socket.create_connection(("127.0.0.1", serve.port), timeout=10) for _ in range(count)]
-    answers = [bytearray() for _ in range(count)]
-
-    def talk(i: int) -> None:
-        socks[i].sendall(stream)
-
-    threads = [threading.Thread(target=talk, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    deadline = time.monotonic() + 20
-    with client(serve) as c:
-        with c.get_queue_receiver("fuzz", receive_mode="receiveanddelete") as r:
-            got = 0
-            while got < count + 1 and time.monotonic() < deadline:
-                got += len(r.receive_messages(250, max_wait_time=1))
-    for s in socks:
-        s.close()
-    assert got == count + 1, f"{got} of {count + 1} messages stored"
+    name = f"sb://localhost:{serve.port}/fuzz"
+    token = make_token(name, KEY_NAME, KEY)
+    connections, senders = [], []
+    try:
+        for _ in range(count):
+            conn = BlockingConnection(f"amqp://127.0.0.1:{serve.port}", allowed_mechs="ANONYMOUS", timeout=20)
+            connections.append(conn)
+            reply = SyncRequestResponse(conn, "$cbs").call(
+                Message(body=token, properties={"operation": "put-token", "type": "jwt", "name": name}))
+            assert reply.properties["status-code"] == 200
+            senders.append(conn.create_sender("fuzz"))
+        for i, sender in enumerate(senders):  # all 200 still open
+            message = Message(body=f"c{i}".encode(), id=f"c{i}")
+            message.inferred = True
+            sender.send(message)
+        with client(serve) as c, c.get_queue_receiver("fuzz", receive_mode="receiveanddelete") as r:
+            got: list[str] = []
+            deadline = time.monotonic() + 20
+            while len(got) < count and time.monotonic() < deadline:
+                got += [m.message_id for m in r.receive_messages(250, max_wait_time=1)]
+    finally:
+        for conn in connections:
+            conn.close()
+    assert sorted(got) == sorted(f"c{i}" for i in range(count)), f"{len(got)} of {count} messages stored"
