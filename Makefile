@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 EXTRAS ?= test,spark,sdk,containers
 REPORT_DIR ?= reports/reference
 
-.PHONY: setup certify test bench clean
+.PHONY: setup certify test bench bench-sdk serve clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/model_cycle.py
+
+bench-sdk: setup
+	$(BIN)/python benchmarks/sdk_throughput.py
+
+serve: setup
+	$(BIN)/sbconform serve --port 5672
 
 clean:
 	rm -rf $(VENV) reports .hypothesis

@@ -30,8 +30,13 @@ def certify(
     pytest_args: Sequence[str] = (),
     clauses: Sequence[str] = (),
     trace_dir: Path | None = None,
+    jobs: int = 1,
 ) -> int:
-    """Returns 0 if no clause fails unexpectedly, 1 if one does, 2 if the run broke."""
+    """Returns 0 if no clause fails unexpectedly, 1 if one does, 2 if the run broke.
+
+    ``jobs > 1`` splits the selected tests into that many pytest processes run side by
+    side (each with its own target, so a real-time target's waits overlap); their
+    results are merged into one report."""
     catalog = load_catalog()
     expected = load_expectations(expectations)
     report_dir = Path(report_dir)
@@ -51,13 +56,18 @@ def certify(
     if trace_dir is not None:
         command += ["--sb-trace", str(Path(trace_dir).resolve())]
     command += list(pytest_args)
-    env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile}
+    env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile, "SBCONFORM_CERTIFY_CHILD": "1"}
     print(f"sbconform: certifying target {target!r}: {' '.join(command[3:])}", flush=True)
-    run = subprocess.run(command, cwd=REPO, env=env)
-    if not raw_path.exists() or run.returncode not in (0, 1):
-        print(f"sbconform: the test run broke (pytest exit status {run.returncode}); no report written", file=sys.stderr)
-        return 2
-    raw = json.loads(raw_path.read_text(encoding="utf-8"))
+    if jobs > 1:
+        raw = _run_sharded(command, raw_path, env, jobs)
+        if raw is None:
+            return 2
+    else:
+        run = subprocess.run(command, cwd=REPO, env=env)
+        if not raw_path.exists() or run.returncode not in (0, 1):
+            print(f"sbconform: the test run broke (pytest exit status {run.returncode}); no report written", file=sys.stderr)
+            return 2
+        raw = json.loads(raw_path.read_text(encoding="utf-8"))
     report = build_report(raw, catalog, expected)
     json_path, md_path = write_report(report, catalog, report_dir)
     s = report["summary"]
@@ -68,3 +78,43 @@ def certify(
         flush=True,
     )
     return 0 if s["certified"] else 1
+
+
+def _run_sharded(command: list[str], raw_path: Path, env: dict[str, str], jobs: int) -> dict | None:
+    """Collect the selected tests once, run them in ``jobs`` pytest processes, merge the results."""
+    collect = [c for c in command if c not in ("--sb-report-json", str(raw_path))]
+    listing = subprocess.run(collect + ["--collect-only"], cwd=REPO, env=env, capture_output=True, text=True)
+    if listing.returncode not in (0, 5):
+        print(f"sbconform: collecting the tests failed:\n{listing.stdout[-2000:]}{listing.stderr[-2000:]}", file=sys.stderr)
+        return None
+    ids = [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if not ids:
+        print(f"sbconform: no tests collected:\n{listing.stdout[-2000:]}", file=sys.stderr)
+        return None
+    shards = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
+    base = [c for c in command if not c.endswith("/tests") and c != str(REPO / "tests")]
+    runs = []
+    for i, shard in enumerate(shards):
+        path = raw_path.with_name(f"results.{i}.json")
+        path.unlink(missing_ok=True)
+        args = [c if c != str(raw_path) else str(path) for c in base]
+        runs.append((path, subprocess.Popen(args + shard, cwd=REPO, env=env)))
+    merged: dict | None = None
+    broke = False
+    for path, process in runs:
+        code = process.wait()
+        if not path.exists() or code not in (0, 1):
+            print(f"sbconform: a test shard broke (pytest exit status {code})", file=sys.stderr)
+            broke = True
+            continue
+        part = json.loads(path.read_text(encoding="utf-8"))
+        path.unlink()
+        if merged is None:
+            merged = part
+        else:
+            merged["tests"] += part["tests"]
+            merged["exitstatus"] = max(merged["exitstatus"], part["exitstatus"])
+    if broke or merged is None:
+        return None
+    raw_path.write_text(json.dumps(merged, indent=2, default=str), encoding="utf-8")
+    return merged

@@ -19,6 +19,7 @@ def run(args: argparse.Namespace) -> int:
         pytest_args=args.pytest_args,
         clauses=args.clause,
         trace_dir=Path(args.trace) if args.trace else None,
+        jobs=args.jobs,
     )
 
 
@@ -35,5 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the others are reported as skipped, not selected")
     p.add_argument("--trace", default=None, metavar="DIR",
                    help="record every test's trace in DIR (one JSON Lines file per test; spec/trace-format.md)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run the tests in this many pytest processes side by side (real-time targets wait in parallel)")
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     p.set_defaults(func=run)

@@ -541,11 +541,13 @@ class Server:
                 return
             try:
                 self._authorize(state, address)
-                entity = self.namespace._sending_entity(address)
+                self.namespace._sending_entity(address)
             except ServiceBusError as error:
                 self._refuse(link, error)
                 return
-            link.max_message_size = entity.description.max_message_size
+            # No max-message-size on the link (the SDK then allows 1 MiB): the entity's own
+            # limit is the model's, and a message over it is rejected with
+            # amqp:link:message-size-exceeded, details and tracking id included.
             link.open()
             link.flow(SEND_CREDIT)
             return
@@ -646,11 +648,11 @@ class Server:
     def _refuse(self, link: Link, error: ServiceBusError) -> None:
         """ATTACH with a null terminus, then DETACH with the error."""
         if link.is_sender:
-            link.source.address = None
+            link.source.type = Terminus.UNSPECIFIED  # encoded as a null source
         else:
-            link.target.address = None
+            link.target.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+        link.condition = _condition(error)
         link.close()
 
     def _authorize(self, state: ConnState, path: str) -> None:
@@ -690,7 +692,7 @@ class Server:
             found = self.namespace.receive(r.conn.model_conn, r.path, credit, r.mode, r.session_id)
         except ServiceBusError as error:
             self.waiting[r.key].discard(r)
-            link.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+            link.condition = _condition(error)
             link.close()
             return
         settled = r.mode == RECEIVE_AND_DELETE
@@ -755,7 +757,7 @@ class Server:
         if dlv.settled:
             return  # the client settled first (older SDKs): it expects no answer
         if error is not None:
-            dlv.local.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+            dlv.local.condition = _condition(error)
             dlv.update(Delivery.REJECTED)
         elif reply == Delivery.REJECTED:
             dlv.update(Delivery.REJECTED)
@@ -787,7 +789,8 @@ class Server:
             msg.address = m.to
         if m.reply_to is not None:
             msg.reply_to = m.reply_to
-        ttl = m.time_to_live if m.time_to_live is not None and d.expires_at < NEVER else None
+        # the effective time to live (the entity default caps the message's: SETTLE-TTL-001)
+        ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
         annotations = {
             X_SEQ: d.sequence_number,
             X_ENQ: timestamp(epoch + d.enqueued_time),
@@ -859,7 +862,7 @@ class Server:
             dlv.settle()
             return
         if error is not None:
-            dlv.local.condition = Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text)
+            dlv.local.condition = _condition(error)
             dlv.update(Delivery.REJECTED)
         else:
             dlv.update(Delivery.ACCEPTED)
@@ -1080,9 +1083,17 @@ class Server:
                 ns.make_unavailable(path, ErrorCode(str(body.get("code", "entity-unavailable"))), body.get("transient"))
             self._mark_all_dirty()
             return {}
+        if operation == "cpu":
+            return {"cpu": time.process_time()}
         if operation == "now":
             return {"now": self.clock.now, "epoch": self.clock.epoch_ms}
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unknown control operation {operation!r}")
+
+
+def _condition(error: ServiceBusError) -> Condition:
+    """The AMQP error for a model error. The info map is always present (with the
+    tracking id): the SDK reads the error's third field and fails on a shorter list."""
+    return Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
 
 
 def _header(ttl: int | None, delivery_count: int) -> bytes:

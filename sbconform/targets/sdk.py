@@ -91,10 +91,10 @@ def parse_connection_string(text: str) -> dict[str, str]:
 class ServeProcess:
     """``sbconform serve`` in a child process on a free port."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: Sequence[str] = ()) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0"],
+            [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         )
         first = self.process.stdout.readline()  # type: ignore[union-attr]
@@ -211,13 +211,17 @@ def translate(error: BaseException) -> ServiceBusError:
         (x.ServiceBusServerBusyError, ErrorCode.SERVER_BUSY),
         (x.MessagingEntityDisabledError, ErrorCode.ENTITY_UNAVAILABLE),
         (x.MessagingEntityAlreadyExistsError, ErrorCode.ENTITY_ALREADY_EXISTS),
-        (x.MessageAlreadySettled, ErrorCode.INVALID_OPERATION),
+        # the SDK refuses locally to settle a message twice: the lock is gone (SETTLE-COMP-002)
+        (x.MessageAlreadySettled, ErrorCode.MESSAGE_LOCK_LOST),
     ]
     for cls, code in mapping:
         if isinstance(error, cls):
             break
     else:
         condition = getattr(error, "condition", None)
+        found = re.search(r"Error condition: ([\w:.-]+)", str(error))
+        if condition is None and found:
+            condition = found[1].rstrip(".")
         if condition is not None:
             value = getattr(condition, "value", condition)
             text = value.decode() if isinstance(value, bytes) else str(value)
