@@ -246,9 +246,10 @@ def spark_session(master: str | None, app: str = "sbconform-replay", extra: dict
 
 def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", search_bound: int = DEFAULT_SEARCH_BOUND,
                  spark=None, layout: str | None = None, partitions: int | None = None, reader: str = "arrow") -> dict[str, Any]:
-    """Run the replay job; writes ``out/pieces`` (Parquet, one row per piece),
-    ``out/violations`` (JSON) and returns the summary (also ``out/summary.json`` when
-    ``out`` is local)."""
+    """Run the replay job; writes ``out/pieces.parquet`` (one row per piece; a directory
+    ``out/pieces`` written by Spark when ``out`` is remote) and returns
+    the summary (also ``out/summary.json`` and ``out/violations.jsonl`` when ``out`` is
+    local)."""
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
@@ -259,36 +260,45 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     spark = spark or spark_session(master)
     try:
         if where["layout"] == "by-piece" and reader == "arrow":  # tasks read their bucket files themselves
-            files = spark.createDataFrame([(f,) for f in where["files"]], "file STRING").repartition(len(where["files"]))
-            result = files.mapInArrow(_file_checker(search_bound), RESULT_DDL)
-        elif where["layout"] == "by-piece":
-            split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
-            spark.conf.set("spark.sql.files.maxPartitionBytes", split)
-            spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
-            df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+            files = where["files"]
+            names = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], len(files)), "file STRING")
+            result = names.mapInArrow(_file_checker(search_bound), RESULT_DDL)
         else:
-            if where["format"] == "json":
-                df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
-            else:
+            if where["layout"] == "by-piece":
+                split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
+                spark.conf.set("spark.sql.files.maxPartitionBytes", split)
+                spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
                 df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-            piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
-            n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-            df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
-        if where["layout"] != "by-piece" or reader != "arrow":
+            else:
+                if where["format"] == "json":
+                    df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
+                else:
+                    df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+                piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
+                n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+                df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
             df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
             result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
-        result.write.mode("overwrite").parquet(f"{out}/pieces")
-        pieces = spark.read.parquet(f"{out}/pieces")
-        counts = {r["status"]: (r["n"], r["events"]) for r in
-                  pieces.groupBy("status").agg(F.count("*").alias("n"), F.sum("events").alias("events")).collect()}
-        problems = pieces.where(F.col("status") != "valid")
-        problems.coalesce(1).write.mode("overwrite").json(f"{out}/violations")
-        shown = [r.asDict() for r in problems.orderBy("status", "piece").limit(50).collect()]
-        duplicated = [r["piece"] for r in pieces.where(F.col("piece").isNotNull()).groupBy("piece").count()
-                      .where(F.col("count") > 1).limit(5).collect()]
+        if _is_remote(out):  # written where the cluster writes, then read back (one row per piece)
+            result.write.mode("overwrite").parquet(f"{out}/pieces")
+            rows = [r.asDict() for r in spark.read.parquet(f"{out}/pieces").collect()]
+        else:
+            # One row per piece comes back to the driver (never an event): far fewer rows
+            # than events, and one Spark job instead of a write and a read
+            rows = [r.asDict() for r in result.collect()]
+            _write_results(rows, Path(out))
     finally:
         if own:
             spark.stop()
+    counts: dict[str, tuple[int, int]] = {}
+    seen: dict[str, int] = {}
+    for r in rows:
+        n, e = counts.get(r["status"], (0, 0))
+        counts[r["status"]] = (n + 1, e + (r["events"] or 0))
+        if r["piece"] is not None:
+            seen[r["piece"]] = seen.get(r["piece"], 0) + 1
+    duplicated = sorted(k for k, v in seen.items() if v > 1)[:5]
+    shown = sorted((r for r in rows if r["status"] != "valid"), key=lambda r: (r["status"], r["piece"] or ""))
     summary = summarize(counts, where, time.perf_counter() - started)
     summary["reader"] = ("tasks read bucket files with pyarrow (no shuffle)" if where["layout"] == "by-piece" and reader == "arrow"
                          else "Spark's reader, one bucket file per task (no shuffle)" if where["layout"] == "by-piece"
@@ -300,7 +310,20 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     if not _is_remote(out):
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        with open(Path(out) / "violations.jsonl", "w", encoding="utf-8") as f:
+            for r in shown:
+                f.write(json.dumps(r, default=str) + "\n")
     return summary
+
+
+def _write_results(rows: list[dict], out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .checker import result_schema
+
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=result_schema()), str(out / "pieces.parquet"))
 
 
 def summarize(counts: dict[str, tuple[int, int]], where: dict, seconds: float) -> dict[str, Any]:
