@@ -277,7 +277,10 @@ class Entity:
 
     def next_due(self) -> int | None:
         """The next instant at which time alone changes this entity, if any."""
-        times = [t for t, seq in self.schedule_order if seq in self.scheduled][:1]
+        order = self.schedule_order
+        while order and order[0][1] not in self.scheduled:
+            heapq.heappop(order)  # cancelled
+        times = [order[0][0]] if order else []
         for store in self.stores:
             for s in (store, store.dead_letter_queue):
                 t = s.next_due()

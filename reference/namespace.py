@@ -368,6 +368,10 @@ class Namespace:
     def abandon(self, conn: int, path: str, lock_token: int) -> None:
         self._receiving_store(path).abandon(self.clock.now, conn, lock_token)
 
+    def release(self, conn: int, path: str, lock_token: int) -> None:
+        """The receiver returns a message unprocessed: no delivery is counted."""
+        self._receiving_store(path).release(self.clock.now, conn, lock_token)
+
     def defer(self, conn: int, path: str, lock_token: int) -> None:
         self._receiving_store(path).defer(self.clock.now, conn, lock_token)
 

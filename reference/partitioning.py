@@ -213,6 +213,9 @@ class PartitionedStore:
     def abandon(self, now: int, holder: int, lock_token: int) -> None:
         self._by_token(lock_token).abandon(now, holder, lock_token)
 
+    def release(self, now: int, holder: int, lock_token: int) -> None:
+        self._by_token(lock_token).release(now, holder, lock_token)
+
     def defer(self, now: int, holder: int, lock_token: int) -> None:
         self._by_token(lock_token).defer(now, holder, lock_token)
 

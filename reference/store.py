@@ -238,20 +238,36 @@ class MessageStore:
                     self._expire(msg, expires_at)
 
     def next_due(self) -> int | None:
-        """The next instant at which ``tick`` would change something, if any."""
+        """The next instant at which ``tick`` would change something, if any.
+
+        Stale entries at the front (settled locks, released sessions, messages gone)
+        are dropped on the way, as ``tick`` would drop them, so a caller waiting on this
+        instant never waits on something that will not happen."""
         times = []
-        for deadline, token in self.lock_deadlines:
+        locks = self.lock_deadlines
+        while locks:
+            deadline, token = locks[0]
             msg = self.locks.get(token)
-            if msg is not None and msg.locked_until == deadline:
+            if msg is not None and msg.locked_until == deadline and msg.holder is not None:
                 times.append(deadline)
                 break
-        for deadline, sid in self.session_deadlines:
+            locks.popleft()
+        sessions_dl = self.session_deadlines
+        while sessions_dl:
+            deadline, sid = sessions_dl[0]
             session = self.sessions.get(sid)
             if session is not None and session.holder is not None and session.locked_until == deadline:
                 times.append(deadline)
                 break
-        if self.expiries:
-            times.append(self.expiries[0][0])
+            sessions_dl.popleft()
+        expiries = self.expiries
+        while expiries:
+            expires_at, seq = expiries[0]
+            msg = self.messages.get(seq)
+            if msg is not None and msg.expires_at == expires_at:
+                times.append(expires_at)
+                break
+            heapq.heappop(expiries)
         return min(times) if times else None
 
     # ------------------------------------------------------------ arrivals
@@ -407,6 +423,13 @@ class MessageStore:
         """SETTLE-ABAN-001: released at once, as a failed delivery."""
         msg = self.locked_message(now, holder, lock_token)
         self._release(msg, now, failed=True)
+
+    def release(self, now: int, holder: int, lock_token: int) -> None:
+        """The receiver hands back a message it never processed (an AMQP ``released``
+        outcome, as an SDK does for prefetched messages it no longer wants): the lock
+        ends and the message returns without counting a delivery."""
+        msg = self.locked_message(now, holder, lock_token)
+        self._release(msg, now, failed=False)
 
     def defer(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-DEFR-001: set aside; receivable only by sequence number."""

@@ -29,6 +29,7 @@ def certify(
     hypothesis_profile: str = "ci",
     pytest_args: Sequence[str] = (),
     clauses: Sequence[str] = (),
+    trace_dir: Path | None = None,
 ) -> int:
     """Returns 0 if no clause fails unexpectedly, 1 if one does, 2 if the run broke."""
     catalog = load_catalog()
@@ -47,6 +48,8 @@ def certify(
         command += ["--sb-connection-string", connection_string]
     for pattern in clauses:
         command += ["--sb-clause", pattern]
+    if trace_dir is not None:
+        command += ["--sb-trace", str(Path(trace_dir).resolve())]
     command += list(pytest_args)
     env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile}
     print(f"sbconform: certifying target {target!r}: {' '.join(command[3:])}", flush=True)

@@ -112,8 +112,10 @@ class MeteredTarget:
             sender.private = self._target.sender(sender.path)
         return sender.private
 
-    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
-        self._metered_send(sender, messages, lambda inner: self._target.send(inner, messages, batch))
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
+        out: list[int | None] = []
+        self._metered_send(sender, messages, lambda inner: out.extend(self._target.send(inner, messages, batch) or [None] * len(messages)))
+        return out
 
     def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
         self._metered_send(sender, messages, lambda inner: self._target.send_concurrently(inner, messages))

@@ -12,6 +12,8 @@
   others are deselected, and the report says the unselected clauses were not selected.
 - ``--sb-report-json PATH`` writes every test's clauses, needs and outcome; ``sbconform
   certify`` turns that into the per-clause report.
+- ``--sb-trace DIR`` records every target the session makes during a test (``sb_target``,
+  ``sb_session.new()``) into ``DIR/<test>.jsonl``, one trace per test (``sbconform.trace``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--sb-clause", action="append", default=[], metavar="PATTERN",
         help="run only tests of these clauses: an id, a glob (SETTLE-LOCK-*) or an area name (repeatable)",
     )
+    group.addoption(
+        "--sb-trace", default=None, metavar="DIR",
+        help="record every target a test makes: one JSON Lines trace per test in DIR (spec/trace-format.md)",
+    )
 
 
 def clause_selection(config: pytest.Config) -> list[str]:
@@ -90,6 +96,7 @@ class TargetSession:
         self.name = name
         self.options = options
         self._probe: Target | None = None
+        self.trace = None  # the running test's TestTrace, with --sb-trace
 
     @property
     def probe(self) -> Target:
@@ -104,6 +111,8 @@ class TargetSession:
     def new(self) -> Target:
         target = make_target(self.name, **self.options)
         target.open()
+        if self.trace is not None:
+            target = self.trace.wrap(target)
         return target
 
     def close(self) -> None:
@@ -215,7 +224,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     sb = item.config._sb_session
     missing = [cap for cap in meta["needs"] if cap not in sb.capabilities]
     if missing:
-        pytest.skip(f"target {sb.name!r} lacks capability {', '.join(repr(m) for m in missing)}")
+        lacking = getattr(sb.probe, "lacking", {}) or {}
+        why = "; ".join(f"{m}: {lacking[m]}" for m in missing if m in lacking)
+        pytest.skip(f"target {sb.name!r} lacks capability {', '.join(repr(m) for m in missing)}" + (f" ({why})" if why else ""))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
+    """With --sb-trace, the targets made during the test (setup to teardown) are recorded."""
+    directory = item.config.getoption("--sb-trace")
+    sb = getattr(item.config, "_sb_session", None)
+    if not directory or sb is None:
+        return (yield)
+    from .trace.recorder import TestTrace
+
+    sb.trace = TestTrace(directory, item.nodeid, test=item.nodeid)
+    try:
+        return (yield)
+    finally:
+        sb.trace.close()
+        sb.trace = None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -88,7 +88,7 @@ class IgnoresPartitionKey(ReferenceTarget):
     name = "mutant-ignores-partition-key"
 
     def send(self, sender, messages, batch=False):
-        super().send(sender, [replace(m, partition_key=None) for m in messages], batch)
+        return super().send(sender, [replace(m, partition_key=None) for m in messages], batch)
 
 
 class PingsDelivered(ReferenceTarget):
@@ -98,7 +98,7 @@ class PingsDelivered(ReferenceTarget):
     MARK = "sbconform-mutant-ping"
 
     def send(self, sender, messages, batch=False):
-        super().send(sender, [self._disguise(m) for m in messages], batch)
+        return super().send(sender, [self._disguise(m) for m in messages], batch)
 
     def _disguise(self, message):
         if message.content_type != PING_CONTENT_TYPE:

@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
         hypothesis_profile=args.hypothesis_profile,
         pytest_args=args.pytest_args,
         clauses=args.clause,
+        trace_dir=Path(args.trace) if args.trace else None,
     )
 
 
@@ -32,5 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clause", action="append", default=[], metavar="PATTERN",
                    help="certify only these clauses: an id, a glob (PART-KEY-*) or an area (repeatable); "
                         "the others are reported as skipped, not selected")
+    p.add_argument("--trace", default=None, metavar="DIR",
+                   help="record every test's trace in DIR (one JSON Lines file per test; spec/trace-format.md)")
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     p.set_defaults(func=run)

@@ -33,6 +33,17 @@ def _reference(without: str = "", **options: Any) -> Target:
 register("reference", _reference)
 
 
+def _sdk(**options: Any) -> Target:
+    """The azure-servicebus SDK against a connection string, or against ``sbconform serve``
+    started by the target (``serve=true``)."""
+    from .sdk import SdkTarget
+
+    return SdkTarget(**options)
+
+
+register("sdk", _sdk)
+
+
 def names() -> list[str]:
     return sorted(_FACTORIES)
 

@@ -80,6 +80,8 @@ class Target(ABC):
 
     name = "abstract"
     capabilities: frozenset[str] = frozenset()
+    #: capability -> why this target lacks it (appended to the skip reason of scenarios needing it)
+    lacking: Mapping[str, str] = {}
     #: how long a receive waits before concluding there is no message
     empty_wait = 1000
     #: the client operation timeout this target uses (PART-TIMEOUT-001: over 15 s; 60 s recommended)
@@ -200,15 +202,19 @@ class Target(ABC):
 
     # -------------------------------------------------------------- messaging
     @abstractmethod
-    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
-        """Send messages one by one (each its own settled transfer), or as one batch."""
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
+        """Send messages one by one (each its own settled transfer), or as one batch.
+        Returns one entry per message: its sequence number, or ``None`` where the target
+        cannot tell (or the broker dropped it as a duplicate). Traces record them."""
 
-    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> None:
-        """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003)."""
-        self.send(sender, messages)
+    def send_concurrently(self, sender: Handle, messages: Sequence[Message]) -> list[int | None] | None:
+        """Start every send before awaiting any (pipelined sends, SETTLE-SEND-003).
+        Returns what ``send`` returns, or None."""
+        return self.send(sender, messages)
 
-    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
-        """Send everything in one transaction, committed together (capability ``transactions``)."""
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]] | None:
+        """Send everything in one transaction, committed together (capability ``transactions``).
+        Returns each send's sequence numbers as ``send`` does, or None if the target cannot tell."""
         self.require("transactions")
         raise NotImplementedError
 

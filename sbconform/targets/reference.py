@@ -185,18 +185,19 @@ class ReferenceTarget(Target):
         self.namespace.make_available(path)
 
     # -------------------------------------------------------------- messaging
-    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> None:
+    def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
         if batch:
-            self.namespace.send(sender.private, sender.path, list(messages))
-        else:
-            for message in messages:
-                self.namespace.send(sender.private, sender.path, message)
+            return self.namespace.send(sender.private, sender.path, list(messages))
+        out: list[int | None] = []
+        for message in messages:
+            out.extend(self.namespace.send(sender.private, sender.path, message))
+        return out
 
-    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> None:
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]]:
         if not sends:
-            return
+            return []
         conn = sends[0][0].private
-        self.namespace.send_transaction(conn, [(handle.path, list(messages)) for handle, messages in sends])
+        return self.namespace.send_transaction(conn, [(handle.path, list(messages)) for handle, messages in sends])
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         for message in messages:

@@ -48,6 +48,13 @@ OPERATIONS: dict[str, str] = {
     "partition-up": "fault injection: entity, partition",
     "wait": "args.ms: time the client let pass (virtual-time targets)",
     "failover": "paired namespaces: args.state (primary | failover), entity the backlog queue or path",
+    # added to version 1 with the recorder (spec/trace-format.md, "Operations"): every Target call is recorded
+    "attach": "a sender or receiver link opens: entity; args: kind (sender | receiver), mode; fail: e.g. the entity does not exist",
+    "update-entity": "entity; args.properties: the changed EntityDescription fields",
+    "describe-entity": "entity; ok: result is the description (an observation, changes nothing)",
+    "entity-counts": "entity; ok: result is the counts (active, deferred, scheduled, dead_letter, availability_status; an observation)",
+    "entity-down": "fault injection: entity; args: code (the ErrorCode every operation on it answers), transient",
+    "entity-up": "fault injection: entity",
 }
 
 #: (name, arrow type, meaning). Every field may be null except trace, pos, time, client,

@@ -1,0 +1,219 @@
+"""Just enough of the AMQP 1.0 type system to read what proton does not expose.
+
+python-qpid-proton's Python API hides a transfer's ``message-format`` field, and a batch
+of the azure-servicebus SDK is recognised by exactly that field (``0x80013700``), never
+by guessing from the payload. So every byte a client sends passes through a
+``FrameScanner`` before proton sees it: it follows the frame boundaries, remembers which
+link name each attach gave a handle, and records the message format of each transfer
+under (link name, delivery tag). ``data_sections`` splits a batch envelope into the
+encoded messages its data sections carry.
+
+Malformed input never raises out of here: the scanner gives up on a connection
+(``broken``) and proton, seeing the same bytes, answers with its framing error.
+"""
+
+from __future__ import annotations
+
+import struct
+
+BATCH_FORMAT = 0x80013700
+
+_U32 = struct.Struct(">I")
+_FRAME = struct.Struct(">IBBH")
+
+TRANSFER = 0x14
+ATTACH = 0x12
+DATA_SECTION = 0x75
+
+
+class WireError(ValueError):
+    pass
+
+
+def _width(code: int, buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(header bytes after the code, payload bytes) of the value whose code is ``code``."""
+    hi = code >> 4
+    if hi == 0x4:
+        return 0, 0
+    if hi == 0x5:
+        return 0, 1
+    if hi == 0x6:
+        return 0, 2
+    if hi == 0x7:
+        return 0, 4
+    if hi == 0x8:
+        return 0, 8
+    if hi == 0x9:
+        return 0, 16
+    if hi in (0xA, 0xC, 0xE):
+        if pos >= len(buf):
+            raise WireError("truncated value")
+        return 1, buf[pos]
+    if hi in (0xB, 0xD, 0xF):
+        if pos + 4 > len(buf):
+            raise WireError("truncated value")
+        return 4, _U32.unpack_from(buf, pos)[0]
+    raise WireError(f"unknown AMQP type code 0x{code:02x}")
+
+
+def skip(buf: bytes | memoryview, pos: int) -> int:
+    """The position just after the value starting at ``pos``."""
+    if pos >= len(buf):
+        raise WireError("truncated value")
+    code = buf[pos]
+    if code == 0x00:  # described: descriptor, then the value
+        return skip(buf, skip(buf, pos + 1))
+    head, size = _width(code, buf, pos + 1)
+    end = pos + 1 + head + size
+    if end > len(buf):
+        raise WireError("truncated value")
+    return end
+
+
+def read_uint(buf: bytes | memoryview, pos: int) -> int | None:
+    code = buf[pos]
+    if code in (0x40,):
+        return None
+    if code in (0x43, 0x44):
+        return 0
+    if code in (0x52, 0x53, 0x50):
+        return buf[pos + 1]
+    if code == 0x70:
+        return _U32.unpack_from(buf, pos + 1)[0]
+    if code == 0x80:
+        return struct.unpack_from(">Q", buf, pos + 1)[0]
+    raise WireError(f"expected an unsigned integer, found code 0x{code:02x}")
+
+
+def read_bytes(buf: bytes | memoryview, pos: int) -> bytes | None:
+    code = buf[pos]
+    if code == 0x40:
+        return None
+    head, size = _width(code, buf, pos + 1)
+    if code not in (0xA0, 0xB0, 0xA1, 0xB1, 0xA3, 0xB3):
+        raise WireError(f"expected binary or string, found code 0x{code:02x}")
+    start = pos + 1 + head
+    if start + size > len(buf):
+        raise WireError("truncated value")
+    return bytes(buf[start:start + size])
+
+
+def described_list(buf: bytes | memoryview, pos: int) -> tuple[int, list[int], int]:
+    """(descriptor code, positions of the list's fields, end) of a described list."""
+    if buf[pos] != 0x00:
+        raise WireError("expected a described value")
+    descriptor = read_uint(buf, pos + 1)
+    pos = skip(buf, pos + 1)
+    code = buf[pos]
+    if code == 0x45:
+        return descriptor or 0, [], pos + 1
+    if code == 0xC0:
+        size, count, first = buf[pos + 1], buf[pos + 2], pos + 3
+        end = pos + 2 + size
+    elif code == 0xD0:
+        size, count = _U32.unpack_from(buf, pos + 1)[0], _U32.unpack_from(buf, pos + 5)[0]
+        first, end = pos + 9, pos + 5 + size
+    else:
+        raise WireError(f"expected a list, found code 0x{code:02x}")
+    fields = []
+    p = first
+    for _ in range(count):
+        if p >= min(end, len(buf)):
+            break
+        fields.append(p)
+        p = skip(buf, p)
+    return descriptor or 0, fields, end
+
+
+def data_sections(payload: bytes) -> list[bytes]:
+    """The contents of the data sections of an encoded message (a batch's messages)."""
+    out = []
+    pos = 0
+    view = memoryview(payload)
+    while pos < len(view):
+        if view[pos] != 0x00:
+            raise WireError(f"byte {pos}: expected a message section")
+        descriptor = read_uint(view, pos + 1)
+        value = skip(view, pos + 1)
+        end = skip(view, value)
+        if descriptor == DATA_SECTION:
+            out.append(read_bytes(view, value) or b"")
+        pos = end
+    return out
+
+
+class FrameScanner:
+    """Follows one connection's incoming bytes; records each transfer's message format."""
+
+    #: bytes of a frame read to find the performative's first fields
+    PEEK = 256
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.skip_bytes = 0
+        self.names: dict[tuple[int, int], str] = {}  # (channel, handle) -> link name
+        self.formats: dict[tuple[str, bytes], int] = {}  # (link name, tag) -> message format
+        self.broken = False
+
+    def feed(self, data: bytes) -> None:
+        if self.broken:
+            return
+        try:
+            self._feed(data)
+        except (WireError, IndexError, struct.error, UnicodeDecodeError):
+            self.broken = True
+            self.buffer.clear()
+
+    def _feed(self, data: bytes) -> None:
+        if self.skip_bytes:
+            if len(data) <= self.skip_bytes:
+                self.skip_bytes -= len(data)
+                return
+            data = data[self.skip_bytes:]
+            self.skip_bytes = 0
+        buf = self.buffer
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 8:
+            if buf[pos:pos + 4] == b"AMQP":
+                pos += 8
+                continue
+            size, doff, ftype, channel = _FRAME.unpack_from(buf, pos)
+            if size < 8 or doff < 2:
+                raise WireError("bad frame header")
+            want = min(size, self.PEEK)
+            if n - pos < want:
+                break
+            if ftype == 0 and size > doff * 4:
+                self._performative(memoryview(buf)[pos + doff * 4: pos + want], channel)
+            if n - pos >= size:
+                pos += size
+            else:
+                self.skip_bytes = size - (n - pos)
+                pos = n
+                break
+        del buf[:pos]
+
+    def _performative(self, body: memoryview, channel: int) -> None:
+        try:
+            descriptor, fields, _ = described_list(body, 0)
+        except (WireError, IndexError, struct.error):
+            return  # cut short by PEEK, or not ours to judge: proton will
+        if descriptor == TRANSFER and len(fields) >= 3:
+            handle = read_uint(body, fields[0])
+            tag = read_bytes(body, fields[2])
+            if tag is None:
+                return  # a continuation frame
+            fmt = read_uint(body, fields[3]) if len(fields) >= 4 else None
+            name = self.names.get((channel, handle or 0))
+            if name is not None and len(self.formats) < 100_000:
+                self.formats[(name, tag)] = fmt or 0
+        elif descriptor == ATTACH and len(fields) >= 2:
+            name = read_bytes(body, fields[0])
+            handle = read_uint(body, fields[1])
+            if name is not None:
+                self.names[(channel, handle or 0)] = name.decode("utf-8", "replace")
+
+    def message_format(self, link_name: str, tag: bytes) -> int:
+        return self.formats.pop((link_name, tag), 0)
