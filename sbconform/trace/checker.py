@@ -47,7 +47,10 @@ DLQ_SUFFIX = "/$deadletterqueue"
 SUBSCRIPTIONS = "/subscriptions/"
 DEFAULT_SEARCH_BOUND = 2000
 MAX_CANDIDATES = 64
-REMEMBER_REMOVED = 200_000
+#: operations between checkpoints of the state (a window needing the search rebuilds its
+#: start from the last checkpoint: more often costs copies, less often costs replays)
+CHECKPOINT_EVERY = 128
+REMEMBER_REMOVED = 20_000
 
 #: The clause each kind of violation breaks.
 CLAUSES = {
@@ -118,6 +121,7 @@ class Shared:
     pings: set = field(default_factory=set)  # sequence numbers (and ids) of pings sent
     removed: dict = field(default_factory=dict)  # seq -> how it left (completed, consumed, expired, dead-lettered)
     args: dict = field(default_factory=dict)  # args text -> parsed
+    forgotten: dict = field(default_factory=dict)  # observed lock -> its last locked-until, once pruned
 
     def observe(self, path: str, event: str, msg: StoredMessage) -> None:
         if event in ("completed", "consumed", "expired", "dead-lettered"):
@@ -137,7 +141,7 @@ class PieceModel:
         self.shared = shared
         self.config = config or {}
         self.stores: dict[int, MessageStore] = {}
-        self.locks: dict[str, list] = {}  # observed lock -> [partition, in_dlq, token, seq, locked_until]
+        self.locks: dict[str, tuple] = {}  # observed lock -> (partition, in_dlq, token, seq, locked_until)
         self.now = 0
         self.tokens = [0]
 
@@ -146,7 +150,7 @@ class PieceModel:
         other.shared = self.shared
         other.config = self.config
         other.stores = {p: s.clone() for p, s in self.stores.items()}
-        other.locks = {k: list(v) for k, v in self.locks.items()}
+        other.locks = dict(self.locks)  # entries are tuples
         other.now = self.now
         other.tokens = self.tokens
         return other
@@ -208,13 +212,9 @@ class PieceModel:
         if ``check`` and the model does not allow what was observed."""
         if comps and comps[0][PHASE] == "fail":
             return  # it did not happen
-        op = inv[OP]
-        handler = _HANDLERS.get(op)
+        handler = _HANDLERS.get(inv[OP])
         if handler is None:
-            raise Undecidable(f"operation {op!r} (pos {inv[POS]}) is not modelled by the replay checker")
-        entity = inv[ENTITY] or ""
-        if SUBSCRIPTIONS in entity.lower():
-            raise Undecidable(f"subscriptions are not modelled by the replay checker yet (pos {inv[POS]})")
+            raise Undecidable(f"operation {inv[OP]!r} (pos {inv[POS]}) is not modelled by the replay checker")
         handler(self, inv, comps, check)
 
     # -- management
@@ -298,11 +298,27 @@ class PieceModel:
                 self._remember_lock(row[LOCK], p, dead_letter, d.lock_token, seq, d.locked_until)
 
     def _remember_lock(self, lock, p, dead_letter, token, seq, locked_until):
+        self.locks[lock] = (p, dead_letter, token, seq, locked_until)
+
+    def prune_locks(self) -> None:
+        """Forget observed locks the model no longer holds (expired, lost with their
+        connection). A settlement with one is then refused as a lock never issued: the
+        same answer, under ``settled-by-other-holder`` instead of the precise kind."""
         locks = self.locks
-        locks[lock] = [p, dead_letter, token, seq, locked_until]
-        if len(locks) > 64 and len(locks) > 32 + 2 * sum(len(s.locks) + len(s.dead_letter_queue.locks) for s in self.stores.values()):
-            live = {(p, dl, t) for p, s in self.stores.items() for dl, st in ((False, s), (True, s.dead_letter_queue)) for t in st.locks}
-            self.locks = {k: v for k, v in locks.items() if (v[0], v[1], v[2]) in live}
+        if len(locks) < 32:
+            return
+        live = {(p, dl, t) for p, s in self.stores.items() for dl, st in ((False, s), (True, s.dead_letter_queue)) for t in st.locks}
+        if len(live) < len(locks):
+            kept = {}
+            forgotten = self.shared.forgotten
+            for k, v in locks.items():
+                if (v[0], v[1], v[2]) in live:
+                    kept[k] = v
+                else:
+                    if len(forgotten) >= REMEMBER_REMOVED:
+                        del forgotten[next(iter(forgotten))]
+                    forgotten[k] = v[4]
+            self.locks = kept
 
     def _check_nothing_available(self, row, now, session, dead_letter):
         for p, store in self.stores.items():
@@ -383,6 +399,10 @@ class PieceModel:
         now = self._tick_time(row)
         if entry is None:
             if check:
+                until = self.shared.forgotten.get(lock)
+                if until is not None:
+                    kind = "settled-after-lock-expiry" if now >= until else "settled-after-connection-drop"
+                    raise Violation(kind, row, f"message-lock-lost (lock held until {until})", f"{inv[OP]} ok at {now}")
                 raise Violation("settled-by-other-holder", row, f"no lock {lock!r} was issued in this entity", f"{inv[OP]} ok")
             return
         p, dead_letter, token, seq, locked_until = entry
@@ -403,7 +423,7 @@ class PieceModel:
                 store.dead_letter(now, holder, token, args.get("reason"), args.get("description"))
             else:  # renew-lock
                 until = store.renew_lock(now, holder, token)
-                entry[4] = until
+                self.locks[lock] = (p, dead_letter, token, seq, until)
                 if check and comps and comps[0][RESULT] is not None:
                     observed = json.loads(comps[0][RESULT]).get("locked_until")
                     if observed is not None and observed != until:
@@ -517,6 +537,36 @@ class _Op:
         self.done_at = None  # position of its first completion event
 
 
+class _Cand:
+    """One possible state of the piece, with the checkpoint it can be rebuilt from: the
+    state at ``base`` plus the operations of ``log`` (cheaper than copying the state at
+    every concurrent window: only a window that needs the search rebuilds its start)."""
+
+    __slots__ = ("state", "base", "log", "win_start")
+
+    def __init__(self, state: PieceModel) -> None:
+        self.state = state
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        self.state.prune_locks()
+        self.base = self.state.clone()
+        self.log: list[tuple] = []
+        self.win_start = 0
+
+    def applied(self, op: "_Op") -> None:
+        log = self.log
+        log.append((op.inv, op.comps))
+        if len(log) >= CHECKPOINT_EVERY and self.win_start == 0:
+            self.checkpoint()
+
+    def before_window(self) -> PieceModel:
+        state = self.base.clone()
+        for inv, comps in self.log[: self.win_start]:
+            state.apply(inv, comps, check=False)
+        return state
+
+
 class PieceChecker:
     """Streaming checker of one piece: feed its events in position order, then ``finish``."""
 
@@ -524,17 +574,10 @@ class PieceChecker:
         self.key = key
         self.search_bound = search_bound
         self.shared = Shared()
-        self.cands: list[PieceModel] = [PieceModel(self.shared)]
+        self.cands: list[_Cand] = [_Cand(PieceModel(self.shared))]
         self.pending: dict[int, _Op] = {}
         self.current: _Op | None = None  # the operation whose completion events are arriving
         self.window: list[_Op] | None = None  # ops of the current concurrent window
-        self.snap: list[PieceModel] | None = None  # states before the window (several candidates)
-        # One candidate: a checkpoint and the operations applied since, to rebuild the
-        # state before a window only when a window needs the search (cheaper than copying
-        # the state at every concurrent window).
-        self.base: PieceModel | None = self.cands[0].clone()
-        self.log: list[tuple] = []
-        self.win_start = 0
         self.failed: Violation | None = None  # first fast-path failure in the window
         self.needs_search = False
         self.events = 0
@@ -542,23 +585,24 @@ class PieceChecker:
         self.unknown: str | None = None
         self.entity: str | None = None
         self.seen_later: bool = False
+        self.done = False
 
     # -- input
     def feed(self, row: tuple) -> None:
         self.events += 1
-        if self.violation is not None or self.unknown is not None:
+        if self.done:
             v = self.violation
             if v is not None and v.watch is not None and row[SEQ] == v.watch and row[OP] == "receive" and row[PHASE] == "ok":
                 self.seen_later = True
             return
-        if self.entity is None:
-            self.entity = row[ENTITY]
         try:
             self._feed(row)
         except Violation as v:
             self.violation = v
+            self.done = True
         except Undecidable as u:
             self.unknown = str(u)
+            self.done = True
 
     def _feed(self, row: tuple) -> None:
         cur = self.current
@@ -567,16 +611,15 @@ class PieceChecker:
             self._completed(cur)
         phase = row[PHASE]
         if phase == "invoke":
-            if row[OP_ID] in self.pending:
+            pending = self.pending
+            if row[OP_ID] in pending:
                 raise Undecidable(f"op_id {row[OP_ID]} invoked twice (pos {row[POS]})")
-            if self.pending and self.window is None:
+            if pending and self.window is None:
                 # the window becomes concurrent: nothing of it has been applied yet
-                if len(self.cands) == 1:
-                    self.win_start = len(self.log)
-                else:
-                    self.snap = [c.clone() for c in self.cands]
+                for c in self.cands:
+                    c.win_start = len(c.log)
                 self.window = []
-            self.pending[row[OP_ID]] = _Op(row)
+            pending[row[OP_ID]] = _Op(row)
             return
         op = self.current
         if op is None:
@@ -598,13 +641,11 @@ class PieceChecker:
             elif self.failed is None and not self.needs_search:
                 for c in self.cands:
                     try:
-                        c.apply(op.inv, op.comps)
+                        c.state.apply(op.inv, op.comps)
                     except Violation as v:
                         self.failed = v
                         break
-                else:
-                    if self.base is not None:
-                        self.log.append((op.inv, op.comps))
+                    c.log.append((op.inv, op.comps))
             if not self.pending:
                 self._close_window()
             return
@@ -612,52 +653,49 @@ class PieceChecker:
         if info:
             forks = []
             for c in self.cands:
-                happened = c.clone()
+                happened = c.state.clone()
                 try:
                     happened.apply(op.inv, [], check=False)
-                    forks.append(happened)
+                    forks.append(_Cand(happened))
                 except Violation:
                     pass
+                c.checkpoint()
                 forks.append(c)
             if len(forks) > MAX_CANDIDATES:
                 raise Undecidable(f"more than {MAX_CANDIDATES} possible states after unknown outcomes (pos {op.done_at})")
             self.cands = forks
-            self.base = None
             return
-        if len(self.cands) == 1:
-            self.cands[0].apply(op.inv, op.comps)
-            log = self.log
-            log.append((op.inv, op.comps))
-            if len(log) >= 4000:
-                self.base, self.log = self.cands[0].clone(), []
+        cands = self.cands
+        if len(cands) == 1:
+            c = cands[0]
+            c.state.apply(op.inv, op.comps)
+            c.applied(op)
             return
         kept, first = [], None
-        for c in self.cands:
+        for c in cands:
             try:
-                c.apply(op.inv, op.comps)
+                c.state.apply(op.inv, op.comps)
+                c.applied(op)
                 kept.append(c)
             except Violation as v:
                 first = first or v
         if not kept:
             raise first
         self.cands = kept
-        if len(kept) == 1:
-            self.base, self.log = kept[0].clone(), []
 
     def _close_window(self) -> None:
-        window, snap = self.window, self.snap
-        self.window = self.snap = None
+        window = self.window
+        self.window = None
         failed, search = self.failed, self.needs_search
         self.failed, self.needs_search = None, False
         if failed is None and not search:
+            for c in self.cands:
+                c.win_start = 0
+                if len(c.log) >= CHECKPOINT_EVERY:
+                    c.checkpoint()
             return
-        if snap is None:  # one candidate: rebuild the state before the window
-            state = self.base.clone()
-            for inv, comps in self.log[: self.win_start]:
-                state.apply(inv, comps, check=False)
-            snap = [state]
-        self.cands = self._search(snap, window, failed)
-        self.base, self.log = (self.cands[0].clone(), []) if len(self.cands) == 1 else (None, [])
+        starts = [c.before_window() for c in self.cands]
+        self.cands = [_Cand(state) for state in self._search(starts, window, failed)]
 
     def _search(self, starts: list[PieceModel], ops: list[_Op], failed: Violation | None) -> list[PieceModel]:
         """Every order of ``ops`` their intervals allow, from each start state."""
@@ -714,7 +752,7 @@ class PieceChecker:
 
     def finish(self) -> dict[str, Any]:
         """The verdict of this piece, as one result row."""
-        if self.violation is None and self.unknown is None:
+        if not self.done:
             try:
                 if self.current is not None:
                     cur, self.current = self.current, None
@@ -780,15 +818,20 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -
     """Check every piece found in ``batches`` (rows of each piece in position order; pieces
     may interleave). Returns one result per piece."""
     checkers: dict[str, PieceChecker] = {}
-    keys: dict[str, str] = {}
+    by_entity: dict[str | None, PieceChecker] = {}
     for batch in batches:
         for row in rows_of(batch):
-            entity = row[ENTITY]
-            key = keys.get(entity)
-            if key is None:
-                key = keys[entity] = piece_key(entity)
-            checker = checkers.get(key)
+            checker = by_entity.get(row[ENTITY])
             if checker is None:
-                checker = checkers[key] = PieceChecker(key, search_bound)
+                entity = row[ENTITY]
+                key = piece_key(entity)
+                checker = checkers.get(key)
+                if checker is None:
+                    checker = checkers[key] = PieceChecker(key, search_bound)
+                    checker.entity = entity
+                if entity is not None and SUBSCRIPTIONS in entity.lower() and not checker.done:
+                    checker.unknown = f"subscriptions are not modelled by the replay checker yet ({entity})"
+                    checker.done = True
+                by_entity[entity] = checker
             checker.feed(row)
     return [c.finish() for c in checkers.values()]

@@ -476,13 +476,17 @@ class _Writer:
             self.jsonl = open(out, "w", encoding="utf-8")
             self.jsonl.write(json.dumps(header(trace, **meta)) + "\n")
         self.count = 0
+        self.buffered = 0
 
     def add(self, key: str, rows: list[list]) -> None:
         b = bucket_of(key, self.buckets) if self.layout == "by-piece" else 0
         buf = self.buffers.setdefault(b, [])
         buf.extend(rows)
-        if len(buf) >= 200_000:
-            self._flush(b)
+        self.buffered += len(rows)
+        if self.buffered >= 300_000:  # bounded memory, whatever the trace's size
+            for bucket in list(self.buffers):
+                self._flush(bucket)
+            self.buffered = 0
 
     def _flush(self, b: int) -> None:
         rows = self.buffers.pop(b, None)

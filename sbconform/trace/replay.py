@@ -41,10 +41,35 @@ def _is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def _open(path: str):
+    """A readable file for a local path or any URI pyarrow's file systems know (hdfs://,
+    s3://, gs://, ...)."""
+    if "://" not in path:
+        return open(path, "rb")
+    from pyarrow import fs
+
+    filesystem, inner = fs.FileSystem.from_uri(path)
+    return filesystem.open_input_file(inner)
+
+
+def _remote_layout(root: str) -> dict | None:
+    try:
+        with _open(root.rstrip("/") + "/_layout.json") as f:
+            return json.loads(f.read())
+    except Exception:  # no layout file, or a file system pyarrow cannot open: Spark reads it
+        return None
+
+
 def locate(paths: list[str]) -> dict[str, Any]:
     """What the paths hold: ``{"layout": "by-piece" | "time", "files": [...], "format":
     "parquet" | "json", "max_file_bytes": n}``. Remote (Hadoop) paths are passed to
     Spark as given and treated as position-ordered unless ``--layout by-piece``."""
+    if len(paths) == 1 and _is_remote(paths[0]):
+        layout = _remote_layout(paths[0])
+        if layout is not None:
+            root = paths[0].rstrip("/")
+            return {"layout": "by-piece", "files": [f"{root}/{f}" for f in layout["files"]], "format": "parquet",
+                    "max_file_bytes": layout.get("max_file_bytes", 0), "buckets": layout.get("buckets")}
     if any(_is_remote(p) for p in paths):
         return {"layout": "time", "files": paths, "format": "json" if all(p.endswith(".jsonl") for p in paths) else "parquet",
                 "max_file_bytes": 0}
@@ -98,7 +123,7 @@ def validate_batch(batch, where: str) -> None:
 def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(_open(path) if "://" in path else path)
     for batch in pf.iter_batches(batch_size=batch_size, columns=[n for n in FIELD_NAMES if n in pf.schema_arrow.names]):
         validate_batch(batch, path)
         yield batch
@@ -162,9 +187,7 @@ def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND)
     try:
         def validated():
             for batch in batches:
-                names = batch.schema.names
-                where = batch.column(names.index("_file"))[0].as_py() if "_file" in names and batch.num_rows else "input"
-                validate_batch(batch, where)
+                validate_batch(batch, "trace")
                 yield batch
         results = check_batches(validated(), search_bound)
     except TraceFormatError as error:
@@ -177,6 +200,28 @@ def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND)
 def _bound_checker(search_bound: int):
     def run(batches):
         return check_partition(batches, search_bound)
+    return run
+
+
+def _file_checker(search_bound: int):
+    """For the by-piece layout: each task gets bucket file names and reads them itself
+    with pyarrow (every piece lies whole in one file), so no event passes through the
+    JVM at all."""
+    def run(batches):
+        import pyarrow as pa
+
+        from .checker import result_schema
+
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                try:
+                    results = check_batches(_parquet_batches(path), search_bound)
+                except TraceFormatError as error:
+                    results = [{"piece": None, "entity": None, "events": 0, "status": "error", "pos": None, "message_id": None,
+                                "seq": None, "kind": None, "clause": None, "expected": None, "observed": None,
+                                "reason": str(error)}]
+                if results:
+                    yield pa.RecordBatch.from_pylist(results, schema=result_schema())
     return run
 
 
@@ -200,10 +245,11 @@ def spark_session(master: str | None, app: str = "sbconform-replay", extra: dict
 
 
 def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", search_bound: int = DEFAULT_SEARCH_BOUND,
-                 spark=None, layout: str | None = None, partitions: int | None = None) -> dict[str, Any]:
-    """Run the replay job; writes ``out/pieces`` (Parquet, one row per piece),
-    ``out/violations`` (JSON) and returns the summary (also ``out/summary.json`` when
-    ``out`` is local)."""
+                 spark=None, layout: str | None = None, partitions: int | None = None, reader: str = "arrow") -> dict[str, Any]:
+    """Run the replay job; writes ``out/pieces.parquet`` (one row per piece; a directory
+    ``out/pieces`` written by Spark when ``out`` is remote) and returns
+    the summary (also ``out/summary.json`` and ``out/violations.jsonl`` when ``out`` is
+    local)."""
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
@@ -213,34 +259,50 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     own = spark is None
     spark = spark or spark_session(master)
     try:
-        if where["layout"] == "by-piece":
-            split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
-            spark.conf.set("spark.sql.files.maxPartitionBytes", split)
-            spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
-            df = spark.read.schema(TRACE_DDL).parquet(*where["files"]).withColumn("_file", F.input_file_name())
+        if where["layout"] == "by-piece" and reader == "arrow":  # tasks read their bucket files themselves
+            files = where["files"]
+            names = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], len(files)), "file STRING")
+            result = names.mapInArrow(_file_checker(search_bound), RESULT_DDL)
         else:
-            if where["format"] == "json":
-                df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
-            else:
+            if where["layout"] == "by-piece":
+                split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
+                spark.conf.set("spark.sql.files.maxPartitionBytes", split)
+                spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
                 df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-            piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
-            n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-            df = (df.withColumn("_piece", F.coalesce(piece, F.lit(""))).withColumn("_file", F.lit(",".join(where["files"])[:200]))
-                  .repartition(n, "_piece").sortWithinPartitions("_piece", "pos"))
-        result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
-        result.write.mode("overwrite").parquet(f"{out}/pieces")
-        pieces = spark.read.parquet(f"{out}/pieces")
-        counts = {r["status"]: (r["n"], r["events"]) for r in
-                  pieces.groupBy("status").agg(F.count("*").alias("n"), F.sum("events").alias("events")).collect()}
-        problems = pieces.where(F.col("status") != "valid")
-        problems.coalesce(1).write.mode("overwrite").json(f"{out}/violations")
-        shown = [r.asDict() for r in problems.orderBy("status", "piece").limit(50).collect()]
-        duplicated = [r["piece"] for r in pieces.where(F.col("piece").isNotNull()).groupBy("piece").count()
-                      .where(F.col("count") > 1).limit(5).collect()]
+            else:
+                if where["format"] == "json":
+                    df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
+                else:
+                    df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+                piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
+                n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+                df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
+            df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
+            result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
+        if _is_remote(out):  # written where the cluster writes, then read back (one row per piece)
+            result.write.mode("overwrite").parquet(f"{out}/pieces")
+            rows = [r.asDict() for r in spark.read.parquet(f"{out}/pieces").collect()]
+        else:
+            # One row per piece comes back to the driver (never an event): far fewer rows
+            # than events, and one Spark job instead of a write and a read
+            rows = [r.asDict() for r in result.collect()]
+            _write_results(rows, Path(out))
     finally:
         if own:
             spark.stop()
+    counts: dict[str, tuple[int, int]] = {}
+    seen: dict[str, int] = {}
+    for r in rows:
+        n, e = counts.get(r["status"], (0, 0))
+        counts[r["status"]] = (n + 1, e + (r["events"] or 0))
+        if r["piece"] is not None:
+            seen[r["piece"]] = seen.get(r["piece"], 0) + 1
+    duplicated = sorted(k for k, v in seen.items() if v > 1)[:5]
+    shown = sorted((r for r in rows if r["status"] != "valid"), key=lambda r: (r["status"], r["piece"] or ""))
     summary = summarize(counts, where, time.perf_counter() - started)
+    summary["reader"] = ("tasks read bucket files with pyarrow (no shuffle)" if where["layout"] == "by-piece" and reader == "arrow"
+                         else "Spark's reader, one bucket file per task (no shuffle)" if where["layout"] == "by-piece"
+                         else "Spark's reader, repartitioned by piece (shuffle)")
     if duplicated:
         summary["errors"] = summary.get("errors", 0) + 1
         summary["notes"].append(f"pieces split across tasks (layout not by piece?): {duplicated}")
@@ -248,7 +310,20 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     if not _is_remote(out):
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        with open(Path(out) / "violations.jsonl", "w", encoding="utf-8") as f:
+            for r in shown:
+                f.write(json.dumps(r, default=str) + "\n")
     return summary
+
+
+def _write_results(rows: list[dict], out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .checker import result_schema
+
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=result_schema()), str(out / "pieces.parquet"))
 
 
 def summarize(counts: dict[str, tuple[int, int]], where: dict, seconds: float) -> dict[str, Any]:

@@ -1,0 +1,407 @@
+"""Trace replay: the checker, the generator and its planted violations, sbconform replay.
+
+Spark runs share one small local session (``spark`` fixture); the 1-million-event run
+is opt-in (``SBCONFORM_HEAVY=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+from reference.store import PEEK_LOCK, MessageStore  # noqa: E402
+from reference.message import Message, StoredMessage  # noqa: E402
+from sbconform.cli import main  # noqa: E402
+from sbconform.trace import checker as checker_module  # noqa: E402
+from sbconform.trace.checker import CLAUSES, check_batches  # noqa: E402
+from sbconform.trace.generate import INJECTIONS, SHAPES, generate  # noqa: E402
+from sbconform.trace.replay import exit_code, local_summary, locate, replay_local  # noqa: E402
+from sbconform.trace.schema import FIELD_NAMES, TraceFormatError, arrow_schema  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = os.environ.get("SBCONFORM_HEAVY") == "1"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def by_piece(results):
+    return {r["piece"]: r for r in results}
+
+
+def assert_injected_reported(results, injected):
+    pieces = by_piece(results)
+    for record in injected:
+        got = pieces[record["entity"]]
+        assert got["status"] == "violation", (record, got)
+        assert got["clause"] == record["clause"], (record, got)
+        assert got["kind"] == record["checker_kind"], (record, got)
+        assert got["pos"] == record["pos"], (record, got)
+    planted = {r["entity"] for r in injected}
+    assert all(r["status"] == "valid" for p, r in pieces.items() if p not in planted), [r for r in results if r["status"] != "valid"]
+
+
+class Trace:
+    """A hand-written trace of one queue: ``op`` appends an invoke, ``done`` its completions."""
+
+    def __init__(self, **description):
+        self.rows = []
+        self.t = 0
+        desc = {"lock_duration": 5000, "max_delivery_count": 10, **description}
+        self.op(1, "create-entity", args=json.dumps(desc))
+        self.done(1, "create-entity")
+
+    def _row(self, op_id, op, phase, client="c1", **f):
+        row = {n: None for n in FIELD_NAMES}
+        row.update(trace="t", pos=len(self.rows), time=self.t, client=client, conn=client, op_id=op_id, op=op, phase=phase, entity="q")
+        row.update(f)
+        self.rows.append(row)
+
+    def op(self, op_id, op, client="c1", **f):
+        self._row(op_id, op, "invoke", client, **f)
+
+    def done(self, op_id, op, client="c1", phase="ok", deliveries=None, **f):
+        if deliveries is None:
+            self._row(op_id, op, phase, client, **f)
+        for d in deliveries or []:
+            self._row(op_id, op, phase, client, **d)
+
+    def send(self, op_id, seq, client="c1"):
+        self.op(op_id, "send", client, message_id=f"m{seq}")
+        self.done(op_id, "send", client, message_id=f"m{seq}", seq=seq)
+
+    def check(self, bound=2000):
+        (result,) = check_batches([pa.RecordBatch.from_pylist(self.rows, schema=arrow_schema())], bound)
+        return result
+
+
+def delivery(seq, lock, dc=1):
+    return {"message_id": f"m{seq}", "seq": seq, "lock": lock, "delivery_count": dc}
+
+
+RECV = json.dumps({"mode": "peek-lock", "max_count": 1})
+
+
+# ------------------------------------------------------------------ the reference's clone
+
+
+def test_store_clone_is_independent_and_behaves_alike():
+    store = MessageStore("q", 5000, 3, dead_letter=MessageStore("q/$DeadLetterQueue", 5000, 3, is_dead_letter=True))
+    for seq in (1, 2, 3):
+        store.enqueue(StoredMessage(Message(message_id=f"m{seq}"), seq, 0, 1 << 62, 10))
+    (d,) = store.receive(0, 1, 1, PEEK_LOCK)
+    twin = store.clone()
+    twin.complete(10, 1, d.lock_token)
+    assert d.sequence_number in store.messages and d.sequence_number not in twin.messages
+    # the same steps on both give the same answers
+    store.complete(10, 1, d.lock_token)
+    for s in (store, twin):
+        (x,) = s.receive(20, 2, 1, PEEK_LOCK)
+        s.abandon(30, 2, x.lock_token)
+    assert [m.delivery_count for m in store.messages.values()] == [m.delivery_count for m in twin.messages.values()] == [1, 0]
+    assert store.dead_letter_queue is not twin.dead_letter_queue and twin.dead_letter_queue.parent is twin
+
+
+def test_dropping_a_connection_that_holds_an_idle_session_lock():
+    # regression: drop_holder forgot the idle session while iterating over the sessions
+    store = MessageStore("q", 5000, 3, requires_session=True)
+    store.accept_session(0, 7, "s1")
+    store.drop_holder(1, 7)
+    assert "s1" not in store.sessions
+
+
+# ------------------------------------------------------------------ legal traces
+
+
+@pytest.fixture(scope="module")
+def legal(tmp_path_factory):
+    out = tmp_path_factory.mktemp("legal") / "trace"
+    info = generate(out, 30_000, entities=10, clients=4, seed=11)
+    return out, info
+
+
+def test_legal_traces_of_every_shape_replay_as_valid(legal):
+    out, info = legal
+    results = replay_local([str(out)])
+    assert sum(r["events"] for r in results) == info["events"]
+    assert {r["piece"].split("-")[1] for r in results} == set(SHAPES)
+    assert [r for r in results if r["status"] != "valid"] == []
+    table = pq.read_table(out)
+    ops = set(table.column("op").to_pylist())
+    phases = set(table.column("phase").to_pylist())
+    errors = set(table.column("error").to_pylist())
+    # the trace exercises what it should
+    assert {"send", "receive", "complete", "abandon", "defer", "dead-letter", "renew-lock", "receive-deferred",
+            "accept-session", "close", "drop-connection"} <= ops
+    assert {"info", "fail"} <= phases and "message-lock-lost" in errors
+
+
+@pytest.mark.parametrize("partitions,clients,seed", [(2, 2, 3), (1, 6, 4)])
+def test_legal_traces_with_other_shapes_of_load_are_valid(tmp_path, partitions, clients, seed):
+    generate(tmp_path / "t", 15_000, entities=5, clients=clients, partitions=partitions, seed=seed)
+    assert {r["status"] for r in replay_local([str(tmp_path / "t")])} == {"valid"}
+
+
+def test_time_ordered_parquet_and_jsonl_give_the_same_verdicts(tmp_path):
+    generate(tmp_path / "a", 8_000, entities=5, seed=6, inject=["lost-message", "session-order"])
+    generate(tmp_path / "t.parquet", 8_000, entities=5, seed=6, inject=["lost-message", "session-order"])
+    generate(tmp_path / "t.jsonl", 8_000, entities=5, seed=6, inject=["lost-message", "session-order"])
+    a = by_piece(replay_local([str(tmp_path / "a")]))
+    assert a == by_piece(replay_local([str(tmp_path / "t.parquet")])) == by_piece(replay_local([str(tmp_path / "t.jsonl")]))
+    assert sorted(r["clause"] for r in a.values() if r["clause"]) == ["SETTLE-SEND-001", "SETTLE-SESS-003"]
+
+
+# ------------------------------------------------------------------ planted violations
+
+
+@pytest.fixture(scope="module")
+def injected(tmp_path_factory):
+    out = tmp_path_factory.mktemp("injected") / "trace"
+    info = generate(out, 40_000, entities=10, clients=4, seed=5, inject=list(INJECTIONS))
+    return out, info
+
+
+def test_every_injected_kind_is_reported_with_its_clause(injected):
+    out, info = injected
+    assert info["not_planted"] == []
+    assert {r["kind"] for r in info["injected"]} == set(INJECTIONS)
+    assert_injected_reported(replay_local([str(out)]), info["injected"])
+    manifest = json.loads((out / "_injected.json").read_text())
+    assert manifest["injected"] == info["injected"]
+
+
+def test_injected_traces_really_differ_from_the_legal_one(tmp_path, injected):
+    out, info = injected
+    generate(tmp_path / "legal", 40_000, entities=10, clients=4, seed=5)
+    assert {r["status"] for r in replay_local([str(tmp_path / "legal")])} == {"valid"}
+    legal = pq.read_table(tmp_path / "legal").to_pylist()
+    planted = pq.read_table(out).to_pylist()
+    assert legal != planted
+
+
+def test_a_checker_with_a_planted_bug_is_caught(monkeypatch, injected):
+    # a checker that forgets to look at locks (SETTLE-LOCK-001) misreports the double delivery
+    out, info = injected
+    original = checker_module.PieceModel._check_delivery
+
+    def blind(self, store, row, seq, now, session):
+        msg = store.messages.get(seq)
+        if msg is not None and msg.state.value == "locked":
+            return
+        return original(self, store, row, seq, now, session)
+
+    monkeypatch.setattr(checker_module.PieceModel, "_check_delivery", blind)
+    with pytest.raises(AssertionError):
+        assert_injected_reported(replay_local([str(out)]), info["injected"])
+
+
+def test_generate_refuses_an_injection_it_has_no_entity_for(tmp_path):
+    with pytest.raises(ValueError, match="no free entity"):
+        generate(tmp_path / "t", 1000, entities=2, inject=["ping-delivered"])
+    with pytest.raises(ValueError, match="unknown injection kind"):
+        generate(tmp_path / "t", 1000, entities=5, inject=["nonsense"])
+
+
+# ------------------------------------------------------------------ concurrency and unknown outcomes
+
+
+def test_overlapping_receives_are_checked_against_every_order():
+    t = Trace()
+    t.send(2, 1)
+    t.send(3, 2)
+    t.op(4, "receive", "c1", args=RECV)
+    t.op(5, "receive", "c2", args=RECV)
+    t.done(5, "receive", "c2", deliveries=[delivery(2, "L2")])  # completes first, with the second message
+    t.done(4, "receive", "c1", deliveries=[delivery(1, "L1")])
+    assert t.check()["status"] == "valid"
+
+
+def test_the_same_receives_without_overlap_are_a_violation():
+    t = Trace()
+    t.send(2, 1)
+    t.send(3, 2)
+    t.op(5, "receive", "c2", args=RECV)
+    t.done(5, "receive", "c2", deliveries=[delivery(2, "L2")])
+    t.op(4, "receive", "c1", args=RECV)
+    t.done(4, "receive", "c1", deliveries=[delivery(1, "L1")])
+    result = t.check()
+    assert (result["status"], result["clause"], result["pos"]) == ("violation", "SETTLE-RECV-002", 7)
+
+
+def test_beyond_the_search_bound_the_answer_is_unknown_never_a_violation():
+    t = Trace()
+    for i in range(1, 7):
+        t.send(10 + i, i)
+    for i in range(1, 7):
+        t.op(20 + i, "receive", f"c{i}", args=RECV)
+    for i in range(6, 0, -1):  # completions in the reverse of the only order that fits
+        t.done(20 + i, "receive", f"c{i}", deliveries=[delivery(i, f"L{i}")])
+    assert t.check()["status"] == "valid"
+    result = t.check(bound=5)
+    assert result["status"] == "unknown" and "search bound" in result["reason"]
+
+
+@pytest.mark.parametrize("redelivered", [True, False])
+def test_an_unknown_outcome_is_tried_both_ways(redelivered):
+    t = Trace()
+    t.send(2, 1)
+    t.op(3, "receive", "c1", args=RECV)
+    t.done(3, "receive", "c1", deliveries=[delivery(1, "L1")])
+    t.op(4, "complete", "c1", lock="L1", seq=1)
+    t.done(4, "complete", "c1", phase="info", lock="L1", seq=1, error="timeout")
+    t.t = 6000  # past the lock
+    t.op(5, "receive", "c2", args=RECV)
+    if redelivered:  # it did not happen: the lock expired, the message comes back
+        t.done(5, "receive", "c2", deliveries=[delivery(1, "L5", dc=2)])
+    else:  # it happened
+        t.done(5, "receive", "c2")
+    assert t.check()["status"] == "valid"
+
+
+def test_a_settlement_after_the_lock_expired_is_a_violation_and_before_it_is_not():
+    for when, status in ((4000, "valid"), (5000, "violation")):
+        t = Trace()
+        t.send(2, 1)
+        t.op(3, "receive", "c1", args=RECV)
+        t.done(3, "receive", "c1", deliveries=[delivery(1, "L1")])
+        t.t = when
+        t.op(4, "complete", "c1", lock="L1", seq=1)
+        t.done(4, "complete", "c1", lock="L1", seq=1)
+        result = t.check()
+        assert result["status"] == status
+        if status == "violation":
+            assert result["clause"] == CLAUSES["settled-after-lock-expiry"] == "SETTLE-LOCK-008"
+
+
+def test_operations_the_checker_does_not_model_make_the_piece_unknown():
+    t = Trace()
+    t.op(2, "schedule", message_id="m1", args=json.dumps({"enqueue_time": 100}))
+    t.done(2, "schedule", seq=1)
+    result = t.check()
+    assert result["status"] == "unknown" and "schedule" in result["reason"]
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_a_required_field_missing_names_the_file_the_row_and_the_field(tmp_path):
+    rows = Trace().rows
+    rows[1]["op"] = None
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema().remove_metadata().set(
+        FIELD_NAMES.index("op"), pa.field("op", pa.string(), nullable=True))), path)
+    with pytest.raises(TraceFormatError, match=r"bad\.parquet.*pos 1.*'op'"):
+        replay_local([str(path)])
+
+
+def test_a_jsonl_trace_cut_mid_line_is_reported_and_checked_up_to_the_cut(tmp_path):
+    path = tmp_path / "t.jsonl"
+    generate(path, 3_000, entities=3, seed=1)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 25])  # cut inside the last line
+    notes = []
+    results = replay_local([str(path)], notes=notes)
+    assert notes and "cut short" in notes[0] and "t.jsonl" in notes[0]
+    assert {r["status"] for r in results} == {"valid"}
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_cli_generate_and_replay_local_exit_codes(tmp_path, capsys):
+    assert main(["generate", "--events", "5000", "--entities", "5", "--seed", "2", "--out", str(tmp_path / "ok")]) == 0
+    assert main(["replay", "--local", str(tmp_path / "ok"), "--out", str(tmp_path / "r1")]) == 0
+    assert main(["generate", "--events", "5000", "--entities", "5", "--seed", "2", "--out", str(tmp_path / "bad"),
+                 "--inject", "ping-delivered"]) == 0
+    assert main(["replay", "--local", str(tmp_path / "bad"), "--out", str(tmp_path / "r2")]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATION PAIR-PING-002 ping-delivered" in out
+    summary = json.loads((tmp_path / "r2" / "summary.json").read_text())
+    assert summary["violations"] == 1 and exit_code(summary) == 1
+    t = Trace()
+    t.op(2, "schedule", message_id="m1")
+    t.done(2, "schedule", seq=1)
+    pq.write_table(pa.Table.from_pylist(t.rows, schema=arrow_schema()), tmp_path / "u.parquet")
+    assert main(["replay", "--local", str(tmp_path / "u.parquet")]) == 2
+    assert main(["replay", "--local", str(tmp_path / "missing")]) == 2
+
+
+# ------------------------------------------------------------------ Spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java for Spark")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sbconform.trace.replay import spark_session
+
+    session = spark_session("local[2]", "sbconform-tests", {"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()
+
+
+def test_spark_replay_by_piece_reports_what_the_local_replay_reports(spark, injected, tmp_path):
+    from sbconform.trace.replay import replay_spark
+
+    out, info = injected
+    summary = replay_spark([str(out)], str(tmp_path / "r"), spark=spark)
+    assert exit_code(summary) == 1 and summary["events"] == info["events"] and summary["violations"] == len(INJECTIONS)
+    assert "no shuffle" in summary["reader"]
+    rows = pq.read_table(tmp_path / "r" / "pieces.parquet").to_pylist()
+    assert_injected_reported(rows, info["injected"])
+    assert by_piece(rows) == by_piece(replay_local([str(out)]))
+
+
+def test_spark_replay_of_a_time_ordered_file_shuffles_and_agrees(spark, tmp_path):
+    from sbconform.trace.replay import replay_spark
+
+    generate(tmp_path / "t.parquet", 8_000, entities=5, seed=8, inject=["wrong-partition"])
+    generate(tmp_path / "legal", 8_000, entities=5, seed=8)
+    summary = replay_spark([str(tmp_path / "t.parquet")], str(tmp_path / "r"), spark=spark)
+    assert "shuffle" in summary["reader"] and exit_code(summary) == 1
+    assert [p["clause"] for p in summary["problems"]] == ["PART-KEY-006"]
+    legal = replay_spark([str(tmp_path / "legal")], str(tmp_path / "r2"), spark=spark, reader="spark")
+    assert exit_code(legal) == 0 and legal["valid"] == legal["pieces"] == 5
+
+
+@pytest.mark.skipif(not HEAVY, reason="heavy: set SBCONFORM_HEAVY=1 (1 million events through Spark)")
+def test_heavy_a_million_events_through_spark(spark, tmp_path):
+    from sbconform.trace.replay import replay_spark
+
+    info = generate(tmp_path / "t", 1_000_000, entities=32, seed=21, inject=list(INJECTIONS))
+    summary = replay_spark([str(tmp_path / "t")], str(tmp_path / "r"), spark=spark)
+    assert summary["events"] == info["events"]
+    assert_injected_reported(pq.read_table(tmp_path / "r" / "pieces.parquet").to_pylist(), info["injected"])
+
+
+# ------------------------------------------------------------------ traces recorded from certify
+
+
+def _recorder_available() -> bool:
+    help_text = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--help"], capture_output=True, text=True,
+                               cwd=REPO).stdout
+    return "--trace" in help_text
+
+
+def test_traces_recorded_from_certify_on_the_reference_replay_as_valid(tmp_path):
+    if not _recorder_available():
+        pytest.skip("the recorder (sbconform certify --trace) has not landed on this branch yet")
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "reference", "--report-dir",
+                          str(tmp_path / "report"), "--trace", str(tmp_path / "traces")], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    files = sorted(str(p) for p in (tmp_path / "traces").rglob("*") if p.suffix in (".jsonl", ".parquet"))
+    assert files, "certify --trace wrote no trace"
+    results = replay_local(files)
+    summary = local_summary(results, locate(files), 1.0)
+    assert summary["violations"] == 0, summary["problems"][:5]
