@@ -215,6 +215,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+    path = config.getoption("--sb-report-json")
+    if path and getattr(config, "workerinput", None) is None:
+        Path(str(path) + ".partial").unlink(missing_ok=True)
+        for item in items:  # what each test checks, should the run be killed before it reports
+            _append_partial(config, {"collected": item.nodeid, **config._sb_meta[item.nodeid]})
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -267,18 +272,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             reason = getattr(report, "wasxfail", "") or _skip_reason(report)
         elif report.failed:
             reason = _failure_reason(report)
-        item.config._sb_results.append(
-            {
-                "nodeid": item.nodeid,
-                "name": meta["title"],
-                "phase": report.when,
-                "outcome": {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),
-                "reason": reason,
-                "duration": round(report.duration, 4),
-                **meta,
-            }
-        )
+        result = {
+            "nodeid": item.nodeid,
+            "name": meta["title"],
+            "phase": report.when,
+            "outcome": {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),
+            "reason": reason,
+            "duration": round(report.duration, 4),
+            **meta,
+        }
+        item.config._sb_results.append(result)
+        _append_partial(item.config, result)
     return report
+
+
+def _append_partial(config: pytest.Config, result: dict) -> None:
+    """Each result also goes, as it happens, to ``<report-json>.partial`` (JSON Lines): if the run
+    is killed (``certify --jobs`` stops a stuck shard) the results so far survive."""
+    path = config.getoption("--sb-report-json")
+    if not path or getattr(config, "workerinput", None) is not None:
+        return
+    partial = Path(str(path) + ".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with partial.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(result, default=str) + "\n")
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
@@ -310,6 +327,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    Path(str(path) + ".partial").unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------- fixtures

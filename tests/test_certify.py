@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,28 @@ def test_a_selection_matching_no_clause_is_a_clear_error(tmp_path: Path) -> None
     run = sbconform("certify", "--target", "reference", "--report-dir", str(tmp_path), "--clause", "SETTLE-NOPE-*")
     assert run.returncode == 2
     assert "--sb-clause 'SETTLE-NOPE-*' matches no clause" in run.stdout + run.stderr
+
+
+def test_a_stuck_shard_is_stopped_and_its_unfinished_tests_fail_as_timed_out(tmp_path: Path, monkeypatch) -> None:
+    from sbconform.certify import certify
+
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sb_stuck.py").write_text(
+        "import time\n\n"
+        "def pytest_runtest_call(item):\n"
+        "    if 'not_deferred' in item.name:\n"
+        "        time.sleep(300)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(plugin))
+    started = time.monotonic()
+    code = certify("reference", tmp_path / "report", clauses=["SETTLE-DEFR-*"], jobs=2, shard_timeout=15,
+                   pytest_args=["-p", "sb_stuck"])
+    assert time.monotonic() - started < 120
+    assert code == 1
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    scenarios = [s for c in report["clauses"].values() for s in c.get("scenarios", [])]
+    stuck = [s for s in scenarios if "not_deferred" in s["id"]]
+    assert stuck and all(s["outcome"] == "fail" and s["reason"].startswith("timed out") for s in stuck)
+    assert any(s["outcome"] == "pass" for s in scenarios)  # the other tests' results survive
+    assert not list((tmp_path / "report").glob("results.*.json*"))

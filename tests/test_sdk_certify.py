@@ -25,6 +25,7 @@ def test_every_settlement_clause_passes_through_the_sdk(tmp_path) -> None:
     code = certify(
         "sdk", tmp_path, options=["serve=true"], clauses=() if full else ["settlement"],
         jobs=int(os.environ.get("SBCONFORM_SDK_JOBS", "8")),
+        shard_timeout=float(os.environ.get("SBCONFORM_SDK_SHARD_TIMEOUT", "240")),  # a hang fails, never stalls CI
     )
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     settlement = {cid: c for cid, c in report["clauses"].items() if c["area"] == "settlement"}

@@ -20,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
         clauses=args.clause,
         trace_dir=Path(args.trace) if args.trace else None,
         jobs=args.jobs,
+        shard_timeout=args.shard_timeout,
     )
 
 
@@ -38,5 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record every test's trace in DIR (one JSON Lines file per test; spec/trace-format.md)")
     p.add_argument("--jobs", type=int, default=1,
                    help="run the tests in this many pytest processes side by side (real-time targets wait in parallel)")
+    p.add_argument("--shard-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with --jobs: stop a test process still running after this long; "
+                        "its unfinished tests are reported as failed (timed out)")
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     p.set_defaults(func=run)
