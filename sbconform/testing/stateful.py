@@ -75,6 +75,8 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
             self.target.open()
             self.capabilities = self.target.capabilities
             self.tolerance = getattr(self.target, "clock_tolerance", 0)
+            #: how long one step may take on a real-time target (a receive may wait ``empty_wait``)
+            self.step_allowance = getattr(self.target, "empty_wait", 0) + 1000 if self.tolerance > 0 else 0
             self.model = Namespace()
             self.t0 = self.target.now()
             self.pairs: list[Pair] = []
@@ -131,6 +133,30 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
                     end = deadline + 2 * self.tolerance + 1
             return end - now
 
+        def _clear_of_deadlines(self) -> None:
+            """On a real-time target (``clock_tolerance`` > 0): if a lock deadline is within
+            twice the tolerance of now, or falls inside the coming step (``step_allowance``),
+            wait until it is past by twice the tolerance, so model and target agree whether
+            the lock expired. Called at the start of every rule and invariant."""
+            if self.tolerance <= 0 or not hasattr(self, "path"):
+                return
+            self._sync()
+            now = self.model.clock.now
+            margin = 2 * self.tolerance
+            horizon = now + margin + self.step_allowance
+            end = now
+            for deadline in sorted(
+                lock.locked_until
+                for entity in self.model.entities.values()
+                for store in entity.stores
+                for lock in [*store.locks.values(), *store.dead_letter_queue.locks.values()]
+            ):
+                if now - margin <= deadline <= max(horizon, end + margin + self.step_allowance):
+                    end = max(end, deadline + margin + 1)
+            if end > now:
+                self.target.wait(end - now)
+                self._sync()
+
         # --------------------------------------------------------------- rules
         # ------------------------------------------------------------- peeking
         def _target_all(self, handle: Handle) -> list[Received]:
@@ -167,6 +193,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path"))
         @rule(count=st.integers(1, 3), batch=st.booleans(), key=st.sampled_from([None, None, "a", "b"]))
         def send(self, count: int, batch: bool, key: str | None) -> None:
+            self._clear_of_deadlines()
             messages = []
             for _ in range(count):
                 self.counter += 1
@@ -194,6 +221,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path"))
         @rule(index=st.integers(0, 2), count=st.integers(1, 3), dead_letter=st.booleans())
         def receive(self, index: int, count: int, dead_letter: bool) -> None:
+            self._clear_of_deadlines()
             index %= len(self.receivers)
             handle = self.dead_letter_receiver if dead_letter else self.receivers[index]
             conn = self.model_dead_letter_receiver if dead_letter else self.model_receivers[index]
@@ -216,6 +244,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path"))
         @rule(count=st.integers(1, 3))
         def receive_and_delete(self, count: int) -> None:
+            self._clear_of_deadlines()
             got = self.target.receive(self.rad, count, max_wait=self.target.empty_wait)
             self._sync()
             if not got and any(str(d.state) == "active" for d in self._model_all("q")):
@@ -239,6 +268,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: getattr(self, "pairs", None))
         @rule(data=st.data(), op=st.sampled_from(["complete", "abandon", "defer", "dead-letter", "renew"]), other=st.booleans())
         def settle(self, data: st.DataObject, op: str, other: bool) -> None:
+            self._clear_of_deadlines()
             pair = data.draw(st.sampled_from(self.pairs))
             if pair.dead_letter:
                 handle, conn, path = self.dead_letter_receiver, self.model_dead_letter_receiver, "q/$DeadLetterQueue"
@@ -268,6 +298,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path"))
         @rule(data=st.data(), index=st.integers(0, 2))
         def receive_deferred(self, data: st.DataObject, index: int) -> None:
+            self._clear_of_deadlines()
             deferred = [d for d in self._model_all("q") if str(d.state) == "deferred"]
             known = {p.message_id: p.target_message.sequence_number for p in self.pairs if not p.dead_letter}
             candidates = [d.message_id for d in deferred if d.message_id in known] + ["not-deferred"]
@@ -299,6 +330,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path"))
         @rule(seconds=st.integers(0, 8))
         def time_passes(self, seconds: int) -> None:
+            self._clear_of_deadlines()
             self._sync()
             delay = self._safe_delay(seconds * SECOND)
             self.target.wait(delay)
@@ -308,6 +340,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         @precondition(lambda self: hasattr(self, "path") and "drop-connection" in self.capabilities)
         @rule(index=st.integers(0, 2))
         def drop_connection(self, index: int) -> None:
+            self._clear_of_deadlines()
             index %= len(self.receivers)
             self.target.drop_connection(self.receivers[index])
             self._sync()
@@ -317,6 +350,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
         # ------------------------------------------------------------ invariant
         @invariant()
         def same_messages_in_the_same_states(self) -> None:
+            self._clear_of_deadlines()
             if not hasattr(self, "path"):
                 return
             for path, handle in (("q", self.receivers[0]), ("q/$DeadLetterQueue", self.dead_letter_receiver)):
