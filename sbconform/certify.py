@@ -50,7 +50,7 @@ def certify(
     raw_path.unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests"),
-        "--sb-target", target, "--sb-report-json", str(raw_path),
+        "--sb-target", target, "--sb-report-json", str(raw_path), "--sb-certify",
     ]
     for option in options:
         command += ["--sb-option", option]

@@ -64,6 +64,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--sb-trace", default=None, metavar="DIR",
         help="record every target a test makes: one JSON Lines trace per test in DIR (spec/trace-format.md)",
     )
+    group.addoption(
+        "--sb-certify", action="store_true", default=False,
+        help="a certification run: only tests that name clauses run; the kit's own tests (naming none) are deselected",
+    )
 
 
 def clause_selection(config: pytest.Config) -> list[str]:
@@ -97,6 +101,7 @@ class TargetSession:
         self.options = options
         self._probe: Target | None = None
         self.trace = None  # the running test's TestTrace, with --sb-trace
+        self.made = 0  # targets made since the running test started: did it exercise the target?
 
     @property
     def probe(self) -> Target:
@@ -111,6 +116,7 @@ class TargetSession:
     def new(self) -> Target:
         target = make_target(self.name, **self.options)
         target.open()
+        self.made += 1
         if self.trace is not None:
             target = self.trace.wrap(target)
         return target
@@ -201,16 +207,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             "clauses": clauses,
             "needs": needs,
             "kind": "scenario" if is_scenario else "test",
-            "uses_target": "sb_target" in getattr(item, "fixturenames", ()),
+            # scenarios request ``sb_target`` from their steps, at run time; whether a test really
+            # made a target is known once it ran (``TargetSession.made``), this is the guess before
+            "uses_target": is_scenario or "sb_target" in getattr(item, "fixturenames", ()),
         }
     if problems:
         raise pytest.UsageError("sbconform: tests do not trace to the catalog:\n  " + "\n  ".join(problems))
     patterns = clause_selection(config)
     config._sb_selection = patterns
-    if patterns:
+    certifying = config.getoption("--sb-certify")
+    if patterns or certifying:
         keep, drop = [], []
         for item in items:
-            chosen = any(selects(p, known[c]) for c in config._sb_meta[item.nodeid]["clauses"] if c in known for p in patterns)
+            clauses = [known[c] for c in config._sb_meta[item.nodeid]["clauses"] if c in known]
+            if patterns:
+                chosen = any(selects(p, clause) for clause in clauses for p in patterns)
+            else:  # a certification run grades clauses: the kit's own tests (they name none) are not part of it
+                chosen = bool(clauses)
             (keep if chosen else drop).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
@@ -239,6 +252,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """With --sb-trace, the targets made during the test (setup to teardown) are recorded."""
     directory = item.config.getoption("--sb-trace")
     sb = getattr(item.config, "_sb_session", None)
+    if sb is not None:
+        sb.made = 0
     if not directory or sb is None:
         return (yield)
     from .trace.recorder import TestTrace
@@ -281,6 +296,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             "duration": round(report.duration, 4),
             **meta,
         }
+        if report.when == "call":
+            result["uses_target"] = item.config._sb_session.made > 0
         item.config._sb_results.append(result)
         _append_partial(item.config, result)
     return report

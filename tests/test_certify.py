@@ -26,6 +26,30 @@ def test_certify_writes_a_passing_report(tmp_path: Path) -> None:
     assert "CERTIFIED" in (tmp_path / "report.md").read_text()
 
 
+def test_a_certification_run_runs_only_the_tests_that_name_clauses(tmp_path: Path) -> None:
+    """The kit's own tests name no clause and grade nothing; some of them run ``certify``
+    themselves, so running them inside a certification would recurse without end."""
+    run = sbconform("certify", "--target", "reference", "--report-dir", str(tmp_path), "--",
+                    "tests/test_report.py", "tests/test_features.py", "-k", "deferred or report")
+    assert run.returncode == 0, run.stdout + run.stderr
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    assert tests and all(t["clauses"] for t in tests), [t["nodeid"] for t in tests if not t["clauses"]]
+    assert not any(t["nodeid"].startswith("tests/test_report.py") for t in tests)
+
+
+def test_scenarios_exercise_the_target_even_though_their_steps_ask_for_it(tmp_path: Path) -> None:
+    """pytest-bdd steps request ``sb_target`` at run time: a scenario must still count as a test
+    of the target, not as a model-level test (which grades only the model itself)."""
+    run = sbconform("certify", "--target", "reference", "--option", "without=model-internals", "--report-dir",
+                    str(tmp_path), "--", "tests/test_features.py", "tests/test_model_stateful.py", "-k",
+                    "deferred or settlement_state_machine")
+    assert run.returncode == 0, run.stdout + run.stderr
+    clauses = json.loads((tmp_path / "report.json").read_text())["clauses"]
+    assert clauses["SETTLE-DEFR-001"]["status"] == "pass", clauses["SETTLE-DEFR-001"]
+    model_only = [c for c in clauses.values() if c["status"] == "skip" and "model-level" in c["reason"]]
+    assert model_only, "the model's own stateful test should grade nothing on a target that is not the model"
+
+
 def test_certify_fails_a_broken_target(tmp_path: Path) -> None:
     run = sbconform("certify", "--target", "mutant-complete-ignored", "--report-dir", str(tmp_path), "--",
                     "tests/test_features.py", "-k", "gone_for_good")
