@@ -1,0 +1,214 @@
+"""Provisioning on a real Azure namespace through the SDK's administration client.
+
+The SDK target provisions the entities a scenario needs through a *provisioner*: an object
+with ``call(operation, **body)`` answering the operations of the ``$sbconform`` control node
+of ``sbconform serve`` (``create-queue``, ``create-topic``, ``create-subscription``,
+``delete``, ``update``, ``describe``, ``runtime-info``), with the same answers. On our
+endpoint that is the control node itself; on Azure it is :class:`AdminProvisioner`, over
+``azure.servicebus.management.ServiceBusAdministrationClient`` (HTTPS, the connection
+string's key). Azure has no fault injection: ``partition`` and ``entity-availability`` are
+refused, and the SDK target does not declare ``partition-outage`` or ``entity-outage`` there.
+
+Properties arrive as ``reference.EntityDescription`` field names in model milliseconds
+(``TIMESPAN_MAX`` meaning "never", Azure's default, so it is left out of the request).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Callable
+
+from reference import ErrorCode, ServiceBusError
+from reference.clock import TIMESPAN_MAX
+
+#: EntityDescription fields that are durations (model milliseconds)
+DURATIONS = frozenset({"lock_duration", "default_message_time_to_live", "duplicate_detection_history_time_window", "auto_delete_on_idle"})
+
+#: which EntityDescription fields each kind of entity takes on Azure
+FIELDS = {
+    "queue": frozenset({
+        "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
+        "requires_duplicate_detection", "duplicate_detection_history_time_window", "requires_session",
+        "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
+        "enable_partitioning", "forward_to",
+    }),
+    "topic": frozenset({
+        "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
+        "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
+        "enable_partitioning",
+    }),
+    "subscription": frozenset({
+        "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
+        "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
+    }),
+}
+
+#: Azure's own default maximum message size (Standard tier); only Premium accepts another
+DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
+
+
+def admin_arguments(kind: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """EntityDescription fields as the administration client's keyword arguments for ``kind``.
+
+    A field the kind does not take is an argument error naming it, never silently dropped."""
+    unknown = sorted(set(properties) - FIELDS[kind])
+    if unknown:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"a {kind} on Azure takes no {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for name, value in properties.items():
+        if name in DURATIONS:
+            if value is None or int(value) >= TIMESPAN_MAX:
+                continue  # "never": Azure's default (TimeSpan.MaxValue)
+            out[name] = dt.timedelta(milliseconds=int(value))
+        elif name == "max_message_size":
+            if int(value) != DEFAULT_MAX_MESSAGE_SIZE:
+                out["max_message_size_in_kilobytes"] = -(-int(value) // 1024)
+        else:
+            out[name] = value
+    return out
+
+
+def description_of(kind: str, props: Any) -> dict[str, Any]:
+    """An administration client ``*Properties`` object as EntityDescription fields."""
+    out: dict[str, Any] = {}
+    for name in FIELDS[kind]:
+        if name == "max_message_size":
+            kb = getattr(props, "max_message_size_in_kilobytes", None)
+            out[name] = DEFAULT_MAX_MESSAGE_SIZE if kb is None else int(kb) * 1024
+            continue
+        value = getattr(props, name, None)
+        if name in DURATIONS:
+            value = TIMESPAN_MAX if value is None else min(TIMESPAN_MAX, round(value.total_seconds() * 1000))
+        out[name] = value
+    return out
+
+
+def split_path(path: str) -> tuple[str, str, str | None]:
+    """``q`` -> ("queue", "q", None); ``t/Subscriptions/s`` -> ("subscription", "t", "s")."""
+    lower = path.lower()
+    if "/subscriptions/" in lower:
+        i = lower.index("/subscriptions/")
+        return "subscription", path[:i], path[i + len("/subscriptions/"):]
+    return "entity", path, None
+
+
+class AdminProvisioner:
+    """The control node's operations, carried out with ``ServiceBusAdministrationClient``."""
+
+    def __init__(self, connection_string: str, client: Any | None = None) -> None:
+        if client is None:
+            from azure.servicebus.management import ServiceBusAdministrationClient
+
+            client = ServiceBusAdministrationClient.from_connection_string(connection_string)
+        self.client = client
+        self.kinds: dict[str, str] = {}  # path -> "queue" | "topic", for what this target made
+
+    def call(self, operation: str, **body: Any) -> Any:
+        handler: Callable[..., Any] | None = getattr(self, "_" + operation.replace("-", "_"), None)
+        if handler is None:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Azure cannot do {operation!r} for a test (no fault injection)")
+        try:
+            return handler(**body)
+        except ServiceBusError:
+            raise
+        except Exception as error:  # azure.core.exceptions.*: translated by name, no import needed
+            raise _translate(error) from error
+
+    def close(self) -> None:
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+
+    # ------------------------------------------------------------ operations
+    def _create_queue(self, name: str, properties: dict[str, Any]) -> dict[str, str]:
+        self.client.create_queue(name, **admin_arguments("queue", properties))
+        self.kinds[name] = "queue"
+        return {"path": name}
+
+    def _create_topic(self, name: str, properties: dict[str, Any]) -> dict[str, str]:
+        self.client.create_topic(name, **admin_arguments("topic", properties))
+        self.kinds[name] = "topic"
+        return {"path": name}
+
+    def _create_subscription(self, topic: str, name: str, properties: dict[str, Any]) -> dict[str, str]:
+        self.client.create_subscription(topic, name, **admin_arguments("subscription", properties))
+        return {"path": f"{topic}/Subscriptions/{name}"}
+
+    def _kind(self, path: str) -> str:
+        if path not in self.kinds:
+            try:
+                self.client.get_queue(path)
+                self.kinds[path] = "queue"
+            except Exception as error:
+                if type(error).__name__ != "ResourceNotFoundError":
+                    raise
+                self.client.get_topic(path)
+                self.kinds[path] = "topic"
+        return self.kinds[path]
+
+    def _delete(self, path: str) -> dict:
+        what, entity, sub = split_path(path)
+        if what == "subscription":
+            self.client.delete_subscription(entity, sub)
+        elif self._kind(entity) == "queue":
+            self.client.delete_queue(entity)
+        else:
+            self.client.delete_topic(entity)
+        self.kinds.pop(entity, None)
+        return {}
+
+    def _get(self, path: str) -> tuple[str, Any]:
+        what, entity, sub = split_path(path)
+        if what == "subscription":
+            return "subscription", self.client.get_subscription(entity, sub)
+        kind = self._kind(entity)
+        return kind, (self.client.get_queue if kind == "queue" else self.client.get_topic)(entity)
+
+    def _describe(self, path: str) -> dict[str, Any]:
+        kind, props = self._get(path)
+        return description_of(kind, props)
+
+    def _update(self, path: str, properties: dict[str, Any]) -> dict:
+        kind, props = self._get(path)
+        for name, value in admin_arguments(kind, properties).items():
+            setattr(props, name, value)
+        getattr(self.client, f"update_{kind}")(props)
+        return {}
+
+    def _runtime_info(self, path: str) -> dict[str, Any]:
+        """Counts as the control node gives them. Azure reports no deferred count: it is what
+        the total holds beyond the active, dead-lettered, scheduled and transfer messages."""
+        what, entity, sub = split_path(path)
+        if what == "subscription":
+            info, props = self.client.get_subscription_runtime_properties(entity, sub), self.client.get_subscription(entity, sub)
+        elif self._kind(entity) == "queue":
+            info, props = self.client.get_queue_runtime_properties(entity), self.client.get_queue(entity)
+        else:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"{path} is a topic: its messages are counted per subscription")
+        counted = sum(getattr(info, f, 0) or 0 for f in (
+            "active_message_count", "dead_letter_message_count", "scheduled_message_count",
+            "transfer_message_count", "transfer_dead_letter_message_count"))
+        status = getattr(props, "availability_status", None)
+        return {
+            "active": info.active_message_count,
+            "deferred": max(0, (info.total_message_count or 0) - counted),
+            "dead_letter": info.dead_letter_message_count,
+            "scheduled": info.scheduled_message_count,
+            "size_bytes": getattr(info, "size_in_bytes", None),
+            "availability_status": str(getattr(status, "value", status) or "available").lower(),
+        }
+
+
+_ERRORS = {
+    "ResourceExistsError": ErrorCode.ENTITY_ALREADY_EXISTS,
+    "ResourceNotFoundError": ErrorCode.ENTITY_NOT_FOUND,
+    "ClientAuthenticationError": ErrorCode.UNAUTHORIZED,
+    "HttpResponseError": ErrorCode.ARGUMENT_ERROR,
+}
+
+
+def _translate(error: Exception) -> ServiceBusError:
+    for cls in type(error).__mro__:
+        if cls.__name__ in _ERRORS:
+            return ServiceBusError(_ERRORS[cls.__name__], str(error).splitlines()[0][:500] if str(error) else cls.__name__)
+    return ServiceBusError(ErrorCode.CONNECTION_LOST, f"{type(error).__name__}: {error}")
