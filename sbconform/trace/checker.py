@@ -155,6 +155,25 @@ class PieceModel:
         other.tokens = self.tokens
         return other
 
+    def signature(self) -> tuple:
+        """Everything later answers depend on, free of the model's lock-token numbering: two
+        states with one signature accept and refuse the same futures. Orders of commuting
+        operations (and unknown outcomes that changed nothing) end in equal states, which
+        the checker keeps once (``distinct``)."""
+        parts: list = [self.now]
+        for p in sorted(self.stores):
+            top = self.stores[p]
+            for st in (top, top.dead_letter_queue):
+                parts.append(tuple(sorted(
+                    (m.sequence_number, m.state.value, m.delivery_count, m.holder, m.locked_until, m.deferred)
+                    for m in st.messages.values())))
+                parts.append(tuple(sorted((sid, x.holder, x.locked_until, x.state) for sid, x in st.sessions.items())))
+        live = {(p, dl): st.locks for p, s in self.stores.items() for dl, st in ((False, s), (True, s.dead_letter_queue))}
+        parts.append(tuple(sorted(
+            (str(obs), part, dl, seq, until, token in live.get((part, dl), ()))
+            for obs, (part, dl, token, seq, until) in self.locks.items())))
+        return tuple(parts)
+
     # ---------------------------------------------------------------- stores
     def _next_token(self) -> int:
         self.tokens[0] += 1
@@ -528,6 +547,20 @@ _HANDLERS = {
 # ------------------------------------------------------------------ the piece
 
 
+def distinct(states: list[PieceModel]) -> list[PieceModel]:
+    """``states`` without repeats (same ``signature``), first of each kept, order kept."""
+    if len(states) < 2:
+        return states
+    seen: set = set()
+    out = []
+    for state in states:
+        key = state.signature()
+        if key not in seen:
+            seen.add(key)
+            out.append(state)
+    return out
+
+
 class _Op:
     __slots__ = ("inv", "comps", "done_at")
 
@@ -661,6 +694,8 @@ class PieceChecker:
                     pass
                 c.checkpoint()
                 forks.append(c)
+            kept = {id(state) for state in distinct([f.state for f in forks])}
+            forks = [f for f in forks if id(f.state) in kept]
             if len(forks) > MAX_CANDIDATES:
                 raise Undecidable(f"more than {MAX_CANDIDATES} possible states after unknown outcomes (pos {op.done_at})")
             self.cands = forks
@@ -734,6 +769,8 @@ class PieceChecker:
 
         for start in starts:  # each possible state before the window: its first fitting order
             dfs(start, 0)
+            if collect_all:
+                found[:] = distinct(found)
             if len(found) > MAX_CANDIDATES:
                 raise Undecidable(f"more than {MAX_CANDIDATES} possible states after unknown outcomes")
         if not found:
