@@ -572,6 +572,9 @@ class SdkTarget(Target):
 
     # -------------------------------------------------------------- messaging
     def _sdk_message(self, message: Message):
+        """The SDK's message. The SDK checks some rules itself while building it (a partition
+        key that differs from the session id is a ValueError, PART-KEY-003): callers build it
+        inside ``_call`` so such a refusal is an invalid-operation error like the broker's."""
         from azure.servicebus import ServiceBusMessage
 
         kwargs: dict[str, Any] = {}
@@ -611,7 +614,7 @@ class SdkTarget(Target):
             self._call(send_batch)
         else:
             for m in messages:
-                self._call(client.send_messages, self._sdk_message(m))
+                self._call(lambda m=m: client.send_messages(self._sdk_message(m)))
         return [None] * len(messages)  # the SDK does not say which sequence number a send got
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
@@ -626,10 +629,10 @@ class SdkTarget(Target):
                 "127.0.0.1" if self.host == "localhost" else self.host, self.port if emulator else 5671, not emulator,
                 parts.get("sharedaccesskeyname", ""), parts.get("sharedaccesskey", ""),
             )
-        self._low_level.send_presettled(sender.path, [self._sdk_message(m) for m in messages])
+        self._low_level.send_presettled(sender.path, self._call(lambda: [self._sdk_message(m) for m in messages]))
 
     def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
-        return list(self._call(sender.private.schedule_messages, [self._sdk_message(m) for m in messages], self._datetime(enqueue_time)))
+        return list(self._call(lambda: sender.private.schedule_messages([self._sdk_message(m) for m in messages], self._datetime(enqueue_time))))
 
     def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
         self._call(sender.private.cancel_scheduled_messages, list(sequence_numbers))
