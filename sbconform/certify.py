@@ -73,7 +73,12 @@ def certify(
             print(f"sbconform: the test run broke (pytest exit status {run.returncode}); no report written", file=sys.stderr)
             return 2
         raw = json.loads(raw_path.read_text(encoding="utf-8"))
-    report = build_report(raw, catalog, expected)
+    covered = None
+    if pytest_args:  # narrowed by pytest arguments: what it did not run is not thereby uncovered
+        from .coverage import check
+
+        covered = {use.clause for use in check(catalog=catalog).uses}
+    report = build_report(raw, catalog, expected, covered)
     json_path, md_path = write_report(report, catalog, report_dir)
     s = report["summary"]
     print(

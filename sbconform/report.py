@@ -53,7 +53,15 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
     return out
 
 
-def build_report(raw: dict[str, Any], catalog: Catalog, expectations: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+def build_report(
+    raw: dict[str, Any],
+    catalog: Catalog,
+    expectations: dict[str, dict[str, str]] | None = None,
+    covered: set[str] | None = None,
+) -> dict[str, Any]:
+    """``covered``: the clauses some scenario or test of the kit names (``coverage.check``).
+    A clause in it that no test of this run named was not run (the run was narrowed with
+    pytest arguments): ``skip``, saying so, not ``uncovered``."""
     expectations = expectations or {}
     target = raw.get("target", {})
     is_model = "model-internals" in target.get("capabilities", [])
@@ -86,7 +94,9 @@ def build_report(raw: dict[str, Any], catalog: Catalog, expectations: dict[str, 
         }
         failed = [t for t in relevant if t["outcome"] in ("fail", "xpass")]
         passed = [t for t in relevant if t["outcome"] == "pass"]
-        if not tests:
+        if not tests and covered is not None and cid in covered:
+            entry["status"], entry["reason"] = "skip", "not run: none of its tests was among the tests this run was narrowed to"
+        elif not tests:
             entry["status"], entry["reason"] = "uncovered", "no scenario or test names this clause"
         elif failed:
             entry["status"] = "fail"

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+from sbconform.processes import stop_process
+
 KEY_NAME, KEY = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
 
 
@@ -40,13 +42,7 @@ class Serve:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.dir.cleanup()
 
 

@@ -30,6 +30,13 @@ def test_statuses() -> None:
     assert report["summary"]["certified"] is False
 
 
+def test_a_clause_the_kit_covers_but_a_narrowed_run_did_not_run_is_skipped_not_uncovered() -> None:
+    report = build_report(run(result("pass", A)), CATALOG, covered={A, "SETTLE-PEEK-001"})
+    assert report["clauses"]["SETTLE-PEEK-001"]["status"] == "skip"
+    assert report["clauses"]["SETTLE-PEEK-001"]["reason"].startswith("not run")
+    assert report["clauses"]["SETTLE-LOCK-001"]["status"] == "uncovered"  # nothing in the kit names it here
+
+
 def test_skips_carry_their_reasons() -> None:
     report = build_report(run(result("skip", A, reason="target 't' lacks capability 'x'")), CATALOG)
     assert report["clauses"][A]["status"] == "skip"

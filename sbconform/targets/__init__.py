@@ -44,6 +44,19 @@ def _sdk(**options: Any) -> Target:
 register("sdk", _sdk)
 
 
+def _container(**options: Any) -> Target:
+    """A broker image (``sbconform serve``'s by default) started through testcontainers,
+    driven through the azure-servicebus SDK."""
+    try:
+        from .container import ContainerTarget
+    except ImportError as error:  # pragma: no cover
+        raise ValueError(f"the container target needs the sdk and containers extras: {error}") from None
+    return ContainerTarget(**options)
+
+
+register("container", _container)
+
+
 def names() -> list[str]:
     return sorted(_FACTORIES)
 

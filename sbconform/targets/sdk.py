@@ -37,6 +37,8 @@ from typing import Any, Mapping, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
 
+from ..processes import stop_process
+
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
 
 CAPABILITIES = frozenset(
@@ -122,13 +124,7 @@ class ServeProcess:
             pass
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 _SERVE: ServeProcess | None = None

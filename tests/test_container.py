@@ -1,0 +1,72 @@
+"""The container target: ``sbconform serve`` in a container started through testcontainers.
+
+Needs a Docker-compatible engine (Docker, or podman: ``sbconform.containers``); without one
+these tests are skipped, saying so. The image is built on first use (a base image made with
+debootstrap if none is there: about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("testcontainers", reason="the containers extra (testcontainers) is not installed")
+pytest.importorskip("azure.servicebus", reason="the sdk extra (azure-servicebus) is not installed")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def image():
+    from sbconform.containers import EngineUnavailable, SERVE_IMAGE, engine, ensure_serve_image
+
+    try:
+        ensure_serve_image(SERVE_IMAGE, engine())
+    except EngineUnavailable as error:
+        pytest.skip(f"no container engine: {error}")
+    return SERVE_IMAGE
+
+
+def test_certify_through_a_container(image, tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "sbconform.cli", "certify", "--target", "container", "--report-dir", str(tmp_path),
+         "--clause", "settlement", "--", "tests/test_features.py", "-k", "(deferred or peek) and not purged and not expired"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["target"]["name"] == "container" and report["target"]["image"] == image
+    passed = {cid for cid, c in report["clauses"].items() if c["status"] == "pass"}
+    assert {"SETTLE-DEFR-001", "SETTLE-DEFR-002", "SETTLE-PEEK-001"} <= passed, sorted(passed)
+
+
+def test_the_config_file_is_mounted_where_the_emulator_reads_it(image, tmp_path: Path) -> None:
+    from reference import SECOND
+    from sbconform.targets.container import ContainerTarget
+
+    config = tmp_path / "Config.json"
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
+        {"Name": "configured", "Properties": {"LockDuration": "PT7S", "MaxDeliveryCount": 4}}]}]}}))
+    target = ContainerTarget(config=str(config))
+    target.open()
+    try:
+        described = target.describe_entity("configured")
+        assert (described["lock_duration"], described["max_delivery_count"]) == (7 * SECOND, 4)
+        assert target.describe()["config"] == str(config)
+    finally:
+        target.close()
+
+
+def test_bad_options_are_clear_errors(tmp_path: Path) -> None:
+    from sbconform.targets.container import ContainerTarget
+
+    with pytest.raises(ValueError, match="no such file"):
+        ContainerTarget(config=str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        ContainerTarget(env="JUSTANAME")
+    other = ContainerTarget(image="example.invalid/some-emulator:1")
+    assert other.control_mode == "none" and "entity-management" not in other.capabilities
