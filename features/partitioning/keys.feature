@@ -39,6 +39,11 @@ Feature: Partition keys
     When messages "same", "same", "same", "same" are sent to "pq"
     Then the copies of "same" in "pq" are in 4 different partitions
 
+  @PART-KEY-005
+  Scenario: Without duplicate detection copies of one message id spread like unkeyed messages
+    When 64 copies of message "same" are sent to "pq"
+    Then the copies of "same" in "pq" are spread over more than one partition
+
   @PART-DUP-001 @needs:duplicate-detection
   Scenario: On a partitioned entity a duplicate is the same message id with the same partition key
     Given a partitioned queue "dq" with duplicate detection window 60 seconds

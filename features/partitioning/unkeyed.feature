@@ -10,6 +10,12 @@ Feature: Messages without a partition key, and partitions that are down
     Then each of the 16 partitions of "pq" holds 2 messages
     And the messages "u1" to "u16" of "pq" are in 16 different partitions
 
+  @PART-NOKEY-001 @PART-STRUCT-002
+  Scenario: Unkeyed messages reach every one of the 16 partitions, as their sequence numbers show
+    When messages "u1" to "u256" are sent to "pq"
+    Then the messages of "pq" are spread over 16 partitions
+    And no partition of "pq" holds more than 40 of its 256 messages
+
   @PART-NOKEY-002 @PART-AVAIL-001 @needs:partition-outage
   Scenario: With a partition down, unkeyed sends still succeed and other partitions still deliver
     Given messages "before1" to "before16" are sent to "pq"

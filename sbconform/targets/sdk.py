@@ -66,7 +66,7 @@ LACKING = {
     "virtual-time": "time passes in real time through the SDK; scenarios needing minutes or days cannot wait that long",
     "model-internals": "the model's internal structure is not observable through the SDK",
     "transactions": "the Python azure-servicebus SDK has no transactions API",
-    "premium-namespace": "one endpoint is one namespace; a partitioned Premium namespace is another `sbconform serve --config` (Sku Premium, PartitionCount)",
+    "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
     "paired-namespaces": "paired namespaces are a .NET SDK feature (and their scenarios wait minutes: virtual time)",
 }
 
@@ -138,6 +138,27 @@ def shared_server() -> ServeProcess:
             _SERVE = ServeProcess()
             atexit.register(_SERVE.stop)
         return _SERVE
+
+
+_PREMIUM: dict[int, ServeProcess] = {}
+
+
+def premium_server(partition_count: int) -> ServeProcess:
+    """``sbconform serve`` for a partitioned Premium namespace (one per partition count, per process)."""
+    with _SERVE_LOCK:
+        server = _PREMIUM.get(partition_count)
+        if server is None or server.process.poll() is not None:
+            import json
+            import tempfile
+
+            folder = tempfile.mkdtemp(prefix="sbconform-premium-")
+            config = os.path.join(folder, "Config.json")
+            with open(config, "w", encoding="utf-8") as out:
+                json.dump({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Sku": "Premium",
+                                                          "PartitionCount": partition_count, "Queues": [], "Topics": []}]}}, out)
+            server = _PREMIUM[partition_count] = ServeProcess(["--config", config])
+            atexit.register(server.stop)
+        return server
 
 
 # ------------------------------------------------------------ control client
@@ -349,6 +370,9 @@ class SdkTarget(Target):
         if control == "auto" and connection_string and not emulator:
             control = "admin"  # a real namespace: Azure's own management API
         self.serve = serve
+        if serve:  # another server is another namespace: a Premium one can be had (premium_namespace)
+            self.capabilities = CAPABILITIES | {"premium-namespace"}
+            self.lacking = {k: v for k, v in LACKING.items() if k != "premium-namespace"}
         self.connection_string = connection_string
         self.control_mode = control
         self.prefix = prefix
@@ -432,6 +456,17 @@ class SdkTarget(Target):
         if self._low_level is not None:
             self._low_level.close()
             self._low_level = None
+
+    def premium_namespace(self, partition_count: int) -> "SdkTarget":
+        """With ``serve=true``: a target on another ``sbconform serve``, started with a
+        partitioned Premium namespace of ``partition_count`` partitions (Sku Premium,
+        PartitionCount in its config). The caller closes it."""
+        self.require("premium-namespace")
+        target = SdkTarget(connection_string=premium_server(partition_count).connection_string,
+                           control=self.control_mode, prefix=self.prefix)
+        target.capabilities, target.lacking = self.capabilities, self.lacking
+        target.open()
+        return target
 
     def _control(self) -> Any:
         if self.control is None:

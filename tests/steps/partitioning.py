@@ -205,6 +205,31 @@ def copies_spread(world: World, mid: str, entity: str, n: str) -> None:
     assert len(set(places)) == int(n) == len(places), f"copies of {mid!r} are in partitions {places}"
 
 
+@step(r'(?P<n>\d+) copies of message "(?P<mid>[^"]+)" are sent to "(?P<entity>[^"]+)"')
+def send_copies(world: World, n: str, mid: str, entity: str) -> None:
+    sender = world.sender(entity)
+    for _ in range(int(n)):
+        world.attempt(world.target.send, sender, [world.build(mid, {})])
+        if not world.error_checked:
+            return
+
+
+@step(r'the copies of "(?P<mid>[^"]+)" in "(?P<entity>[^"]+)" are spread over more than one partition')
+def copies_not_pinned(world: World, mid: str, entity: str) -> None:
+    places = partitions_of(world, entity)[mid]
+    assert len(places) > 1 and len(set(places)) > 1, f"the {len(places)} copies of {mid!r} are all in partitions {sorted(set(places))}"
+
+
+@step(r'no partition of "(?P<entity>[^"]+)" holds more than (?P<most>\d+) of its (?P<total>\d+) messages')
+def no_partition_favoured(world: World, entity: str, most: str, total: str) -> None:
+    per: dict[int, int] = {}
+    for places in partitions_of(world, entity).values():
+        for p in places:
+            per[p] = per.get(p, 0) + 1
+    assert sum(per.values()) == int(total), f"{entity!r} holds {sum(per.values())} messages, not {total}"
+    assert max(per.values()) <= int(most), f"messages per partition: {per}"
+
+
 @step(r'each of the (?P<count>\d+) partitions of "(?P<entity>[^"]+)" holds (?P<n>\d+) messages')
 def evenly(world: World, count: str, entity: str, n: str) -> None:
     per: dict[int, int] = {}
