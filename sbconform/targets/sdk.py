@@ -67,7 +67,7 @@ LACKING = {
     "model-internals": "the model's internal structure is not observable through the SDK",
     "transactions": "the Python azure-servicebus SDK has no transactions API",
     "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
-    "paired-namespaces": "paired namespaces are a .NET SDK feature (and their scenarios wait minutes: virtual time)",
+    "paired-namespaces": "the paired client (reference/paired) would need a second namespace, and it classifies errors as the .NET client does, while the Python SDK calls entity-disabled retryable (.NET and Java: not transient); many scenarios also wait minutes",
 }
 
 #: what a real Azure namespace (control=admin) cannot offer a test
