@@ -45,6 +45,15 @@ def partitions_of(world: World, ref: str) -> dict[str, list[int]]:
     return out
 
 
+def messages_per_partition(world: World, ref: str) -> dict[int, int]:
+    """partition -> how many messages sit in it (by peeking everything)."""
+    per: dict[int, int] = {}
+    for places in partitions_of(world, ref).values():
+        for p in places:
+            per[p] = per.get(p, 0) + 1
+    return per
+
+
 # ------------------------------------------------------------------ set-up
 
 
@@ -222,20 +231,14 @@ def copies_not_pinned(world: World, mid: str, entity: str) -> None:
 
 @step(r'no partition of "(?P<entity>[^"]+)" holds more than (?P<most>\d+) of its (?P<total>\d+) messages')
 def no_partition_favoured(world: World, entity: str, most: str, total: str) -> None:
-    per: dict[int, int] = {}
-    for places in partitions_of(world, entity).values():
-        for p in places:
-            per[p] = per.get(p, 0) + 1
+    per = messages_per_partition(world, entity)
     assert sum(per.values()) == int(total), f"{entity!r} holds {sum(per.values())} messages, not {total}"
     assert max(per.values()) <= int(most), f"messages per partition: {per}"
 
 
 @step(r'each of the (?P<count>\d+) partitions of "(?P<entity>[^"]+)" holds (?P<n>\d+) messages')
 def evenly(world: World, count: str, entity: str, n: str) -> None:
-    per: dict[int, int] = {}
-    for places in partitions_of(world, entity).values():
-        for p in places:
-            per[p] = per.get(p, 0) + 1
+    per = messages_per_partition(world, entity)
     assert sorted(per) == list(range(int(count))) and set(per.values()) == {int(n)}, f"messages per partition: {per}"
 
 
