@@ -27,6 +27,7 @@ import atexit
 import datetime as dt
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def premium_server(partition_count: int) -> ServeProcess:
                 json.dump({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Sku": "Premium",
                                                           "PartitionCount": partition_count, "Queues": [], "Topics": []}]}}, out)
             server = _PREMIUM[partition_count] = ServeProcess(["--config", config])
+            atexit.register(shutil.rmtree, folder, True)  # runs after the stop registered next (atexit is LIFO)
             atexit.register(server.stop)
         return server
 
