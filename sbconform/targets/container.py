@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import atexit
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from ..server.config import DEFAULT_KEY as KEY, DEFAULT_KEY_NAME as KEY_NAME  # Microsoft's emulator's defaults, and ours
 from .sdk import SdkTarget
 
 CONFIG_IN_CONTAINER = "/ServiceBus_Emulator/ConfigFiles/Config.json"
-KEY_NAME, KEY = "RootManageSharedAccessKey", "SAS_KEY_VALUE"  # Microsoft's emulator's defaults, and ours
 
 _RUNNING: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
@@ -119,9 +118,7 @@ class ContainerTarget(SdkTarget):
         engine()
         if _ours(self.image):
             ensure_serve_image(self.image)
-        started = time.monotonic()
         container = shared_container(self.image, self.config, self.container_port, self.ready, self.container_env)
-        self.startup_seconds = time.monotonic() - started
         host, port = container.get_container_host_ip(), container.get_exposed_port(self.container_port)
         self.connection_string = (f"Endpoint=sb://{host}:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
                                   "UseDevelopmentEmulator=true;")
