@@ -1,6 +1,6 @@
 """sbconform container: the image of ``sbconform serve`` for the container target.
 
-``sbconform container build`` builds ``localhost/sbconform-serve:<version>`` (wheels made
+``sbconform container build`` builds ``localhost/sbconform-serve:<version>-<digest>`` (wheels made
 here, on a base image with Python 3.11; see ``sbconform.containers``). ``sbconform
 container engine`` says which Docker-compatible engine testcontainers would use.
 """

@@ -84,7 +84,7 @@ def description_of(kind: str, props: Any) -> dict[str, Any]:
 
 
 def split_path(path: str) -> tuple[str, str, str | None]:
-    """``q`` -> ("queue", "q", None); ``t/Subscriptions/s`` -> ("subscription", "t", "s")."""
+    """``q`` -> ("entity", "q", None): a queue or a topic; ``t/Subscriptions/s`` -> ("subscription", "t", "s")."""
     lower = path.lower()
     if "/subscriptions/" in lower:
         i = lower.index("/subscriptions/")

@@ -40,6 +40,7 @@ from reference import ErrorCode, Message, ServiceBusError
 
 from ..processes import stop_process
 
+from .azure_admin import split_path
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
 
 CAPABILITIES = frozenset(
@@ -538,16 +539,14 @@ class SdkTarget(Target):
         from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
 
         receive_mode = ServiceBusReceiveMode.PEEK_LOCK if mode == PEEK_LOCK else ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        lower = path.lower()
         sub_queue = None
-        if lower.endswith("/$deadletterqueue"):
+        if path.lower().endswith("/$deadletterqueue"):
             sub_queue = ServiceBusSubQueue.DEAD_LETTER
             path = path[: -len("/$DeadLetterQueue")]
-            lower = path.lower()
-        if "/subscriptions/" in lower:
-            i = lower.index("/subscriptions/")
+        what, entity, subscription = split_path(path)
+        if what == "subscription":
             return self.client.get_subscription_receiver(
-                topic_name=path[:i], subscription_name=path[i + len("/subscriptions/"):],
+                topic_name=entity, subscription_name=subscription,
                 receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs,
             )
         return self.client.get_queue_receiver(queue_name=path, receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs)
