@@ -131,6 +131,7 @@ def test_the_connection_going_away_rolls_back():
     assert code_of(ns.transactions.discharge, c, t, fail=False) == ErrorCode.TRANSACTION_UNKNOWN
 
 
+@pytest.mark.clauses("TXN-TIER-001")
 def test_basic_tier_has_no_transactions():
     ns = Namespace(sku="basic")
     assert code_of(ns.transactions.declare, ns.connect()) == ErrorCode.INVALID_OPERATION
@@ -232,6 +233,7 @@ def run(ops, transactional: bool, commit: bool = False, then_apply=()) -> tuple[
     return ns, enlisted, ok
 
 
+@pytest.mark.clauses("TXN-ROLLBACK-001")
 @settings(max_examples=150, deadline=None)
 @given(st.lists(op, max_size=25))
 def test_rollback_leaves_the_entity_as_if_the_transaction_never_ran(ops):
@@ -239,6 +241,7 @@ def test_rollback_leaves_the_entity_as_if_the_transaction_never_ran(ops):
     assert observe(run(ops, transactional=True, commit=False)[0]) == observe(run(ops, transactional=False)[0])
 
 
+@pytest.mark.clauses("TXN-ATOM-001")
 @settings(max_examples=150, deadline=None)
 @given(st.lists(op, max_size=25))
 def test_a_commit_applies_all_of_its_work_at_once_or_nothing(ops):
