@@ -30,6 +30,7 @@ from .partitioning import (
     partition_key,
 )
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
+from .transactions import Transactions
 
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"
 SUBSCRIPTIONS = "/subscriptions/"
@@ -75,6 +76,7 @@ class Namespace:
         self.open_connections: set[int] = set()
         self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given
         self.faults: dict[str, ServiceBusError] = {}  # entity key -> the error it answers with
+        self.transactions = Transactions(self)  # TXN-*: the coordinator
 
     # ------------------------------------------------------------ management
 
@@ -244,6 +246,7 @@ class Namespace:
     def drop_connection(self, conn: int) -> None:
         """SETTLE-LOCK-009: the connection is gone, and every lock it held with it."""
         self.open_connections.discard(conn)
+        self.transactions.drop_connection(conn)
         now = self.clock.now
         for entity in self.entities.values():
             for store in entity.stores:
@@ -269,42 +272,23 @@ class Namespace:
         return entity.allowed_partitions(partition_key(message, entity.description.requires_duplicate_detection))
 
     def send_transaction(self, conn: int, sends: Sequence[tuple[str, Sequence[Message]]]) -> list[list[int | None]]:
-        """Sends committed together: all are accepted or none is.
+        """Sends committed together: all are accepted or none is (TXN-ATOM-001).
 
         On partitioned entities every message needs a partition key and all must share
         it (PART-TXN-001/002), so one transaction cannot reach several sessions there
         (PART-TXN-003); non-partitioned entities have no such rule (PART-TXN-004).
+        Returns the sequence numbers the commit assigned, per send.
         """
-        now = self.clock.now
-        total = sum(len(messages) for _, messages in sends)
-        if total > MAX_TRANSACTION_MESSAGES:
-            raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"A transaction holds at most {MAX_TRANSACTION_MESSAGES} messages, not {total}.")
-        keys = set()
-        planned = []
-        for path, messages in sends:
-            entity = self._sending_entity(path)
-            messages = list(messages)
-            if isinstance(entity, PartitionedEntity):
-                for message in messages:
-                    key = partition_key(message, entity.description.requires_duplicate_detection)
-                    if key is None:
-                        raise ServiceBusError(
-                            ErrorCode.INVALID_OPERATION,
-                            f"A message sent to partitioned entity '{entity.path}' within a transaction must have a partition key "
-                            "(SessionId, PartitionKey, or MessageId with duplicate detection).",
-                        )
-                    keys.add(key)
-                    entity.allowed_partitions(key)
-                if len(keys) > 1:
-                    raise ServiceBusError(
-                        ErrorCode.INVALID_OPERATION,
-                        "All messages sent to partitioned entities within one transaction must share one partition key "
-                        f"(found {sorted(keys)}); one transaction cannot reach several sessions of a partitioned entity.",
-                    )
-            entity.check(messages, now)
-            planned.append((entity, messages))
+        txn = self.transactions.declare(conn)
+        try:
+            for path, messages in sends:
+                self.transactions.send(conn, txn, path, list(messages))
+        except ServiceBusError:
+            self.transactions.discharge(conn, txn, fail=True)
+            raise
+        committed = self.transactions.discharge(conn, txn, fail=False)
         self.billed_operations += 1
-        return [entity.accept(messages, now) for entity, messages in planned]
+        return [[committed[path].pop(0) for _ in messages] for path, messages in sends]
 
     def send_presettled(self, conn: int, path: str, messages: Sequence[Message] | Message) -> None:
         """SETTLE-SEND-004: a pre-settled transfer; the sender learns nothing, even of a rejection."""
@@ -332,6 +316,14 @@ class Namespace:
 
     def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
         self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)
+
+    def sending_entity(self, path: str) -> Entity:
+        """The queue or topic a send to ``path`` reaches (an error for anything else)."""
+        return self._sending_entity(path)
+
+    def receiving_store(self, path: str) -> MessageStore:
+        """The store a receive or settlement on ``path`` works on (queue, subscription, or a dead-letter queue)."""
+        return self._receiving_store(path)
 
     def _sending_entity(self, path: str) -> Entity:
         route = self._routes.get(path)

@@ -75,6 +75,40 @@ class Handle:
         return self.id
 
 
+class TransactionalClient(ABC):
+    """One client connection that declares transactions and does transactional work on it
+    (capability ``transactions``): receives in peek-lock mode, then sends and settles inside a
+    transaction, and discharges it. Errors are ``ServiceBusError`` as everywhere (a failed discharge
+    is ``transaction-rollback``, ``transaction-timeout`` or ``transaction-unknown``)."""
+
+    @abstractmethod
+    def receive(self, path: str, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
+        """Peek-lock receive on this connection (receives are not part of a transaction)."""
+
+    @abstractmethod
+    def declare(self) -> Any:
+        """A new transaction on this connection; returns its id."""
+
+    @abstractmethod
+    def send(self, txn: Any, path: str, messages: Sequence[Message], via: str | None = None) -> None:
+        """Send in the transaction to ``path``; with ``via``, through that transfer entity (send via)."""
+
+    @abstractmethod
+    def settle(self, txn: Any, path: str, message: Received, outcome: str, reason: str | None = None, description: str | None = None) -> None:
+        """``outcome`` is complete, abandon, defer or dead_letter, of a message this client received."""
+
+    @abstractmethod
+    def discharge(self, txn: Any, commit: bool) -> None:
+        """Commit (all or nothing) or roll back."""
+
+    @abstractmethod
+    def drop(self) -> None:
+        """The connection is lost abruptly (no AMQP close)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
 class Target(ABC):
     """The operations a scenario may ask of a broker."""
 
@@ -215,6 +249,11 @@ class Target(ABC):
     def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]] | None:
         """Send everything in one transaction, committed together (capability ``transactions``).
         Returns each send's sequence numbers as ``send`` does, or None if the target cannot tell."""
+        self.require("transactions")
+        raise NotImplementedError
+
+    def transaction_client(self) -> TransactionalClient:
+        """A connection that can declare transactions (capability ``transactions``)."""
         self.require("transactions")
         raise NotImplementedError
 
