@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -565,6 +564,8 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
             return _int64(a * b)
         if b == 0:
             raise FilterEvaluationError("attempted to divide by zero")
+        if a == INT64_MIN and b == -1:
+            raise FilterEvaluationError("arithmetic operation resulted in an overflow")  # as C# does
         q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # truncates toward zero
         return _int64(q) if op == "/" else _int64(a - b * q)
     x, y = float(a), float(b)
@@ -666,7 +667,11 @@ def like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
 
 def _deterministic_guids() -> Callable[[], str]:
     counter = itertools.count(1)
-    return lambda: str(uuid.UUID(int=next(counter)))
+    def guid() -> str:
+        h = f"{next(counter):032x}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+    return guid
 
 
 class Evaluator:

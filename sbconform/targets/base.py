@@ -57,6 +57,7 @@ class Received:
     subject: str | None = None
     to: str | None = None
     reply_to: str | None = None
+    reply_to_session_id: str | None = None
     raw: Any = field(default=None, compare=False, repr=False)  # the target's own object
 
 

@@ -81,6 +81,7 @@ def received_from(delivery: Delivery, raw: Any = None) -> Received:
         subject=message.subject,
         to=message.to,
         reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
         raw=raw,
     )
 
