@@ -145,7 +145,21 @@ class SqlFilter:
     parsed: SqlExpression | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "parsed", parse_filter(self.expression, self.parameters))  # RULES-SQL-014
+        if self.parsed is None:
+            object.__setattr__(self, "parsed", parse_filter(self.expression, self.parameters))  # RULES-SQL-014
+
+    @classmethod
+    def unchecked(cls, expression: str, parameters: Mapping[str, Any] | None = None) -> "SqlFilter":
+        """The filter as a client writes it, not yet parsed: the broker checks it when the rule
+        is added (so a test can send invalid text and see the broker refuse it)."""
+        f = cls.__new__(cls)
+        object.__setattr__(f, "expression", expression)
+        object.__setattr__(f, "parameters", dict(parameters or {}))
+        object.__setattr__(f, "parsed", None)
+        return f
+
+    def checked(self) -> "SqlFilter":
+        return self if self.parsed is not None else SqlFilter(self.expression, self.parameters)
 
     def matches(self, props: Properties) -> bool:
         return Evaluator(props).matches(self.parsed)
@@ -167,6 +181,18 @@ class SqlRuleAction:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "statements", parse_action(self.expression, self.parameters))
+
+    @classmethod
+    def unchecked(cls, expression: str, parameters: Mapping[str, Any] | None = None) -> "SqlRuleAction":
+        """Not yet parsed (see ``SqlFilter.unchecked``)."""
+        a = cls.__new__(cls)
+        object.__setattr__(a, "expression", expression)
+        object.__setattr__(a, "parameters", dict(parameters or {}))
+        object.__setattr__(a, "statements", None)
+        return a
+
+    def checked(self) -> "SqlRuleAction":
+        return self if self.statements is not None else SqlRuleAction(self.expression, self.parameters)
 
     def apply(self, message: Message, props: Properties) -> Message:
         """The annotated copy; statements run in order, each seeing the earlier ones' changes."""
@@ -248,6 +274,13 @@ class RuleSet:
             self.add(rule)
 
     def add(self, rule: Rule) -> None:
+        """RULES-SQL-014: SQL is checked here, whatever the caller did."""
+        check_rule_name(rule.name)
+        f = rule.filter.checked() if isinstance(rule.filter, SqlFilter) else rule.filter
+        if not isinstance(f, (TrueFilter, FalseFilter, CorrelationFilter, SqlFilter)):
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown filter {f!r}", transient=False)
+        action = rule.action.checked() if rule.action is not None else None
+        rule = Rule(rule.name, f, action)
         key = rule.name.lower()
         if key in self.rules:
             raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The rule '{rule.name}' already exists.", transient=False)
