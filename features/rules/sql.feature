@@ -109,9 +109,10 @@ Feature: SQL filters
 
   @RULES-SQL-010
   Scenario: Constants: long, decimal, scientific, boolean, strings with doubled quotes
-    Given "t/Subscriptions/s" has only the rule "r" with SQL filter `big = 9223372036854775807 AND ratio = 0.5E0 AND rate = 101.5E5 AND ok = TRUE AND name = 'O''Brien'`
-    When message "hit" with properties "big" = 9223372036854775807 and "ratio" = 0.5 and "rate" = 10150000.0 and "ok" = true and "name" = "O'Brien" is sent to "t"
-    And message "miss" with properties "big" = 9223372036854775807 and "ratio" = 0.5 and "rate" = 10150000.0 and "ok" = false and "name" = "O'Brien" is sent to "t"
+    Given "t/Subscriptions/s" has only the rule "r" with SQL filter `9223372036854775807 > big AND big * 4294967296 = 8589934592 AND ratio = 0.5E0 AND rate = 101.5E5 AND ok = TRUE AND name = 'O''Brien'`
+    When message "hit" with properties "big" = 2 and "ratio" = 0.5 and "rate" = 10150000.0 and "ok" = true and "name" = "O'Brien" is sent to "t"
+    And message "miss" with properties "big" = 2 and "ratio" = 0.5 and "rate" = 10150000.0 and "ok" = false and "name" = "O'Brien" is sent to "t"
+    And message "quote" with properties "big" = 2 and "ratio" = 0.5 and "rate" = 10150000.0 and "ok" = true and "name" = "OBrien" is sent to "t"
     Then peeking "t/Subscriptions/s" shows "hit"
 
   @RULES-SQL-011
