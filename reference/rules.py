@@ -196,9 +196,8 @@ class SqlRuleAction:
 
     def apply(self, message: Message, props: Properties) -> Message:
         """The annotated copy; statements run in order, each seeing the earlier ones' changes."""
-        system = dict(props.system)
-        user = dict(message.application_properties)
-        current = Properties(system, user)
+        current = Properties(props.system, message.application_properties)  # copies: the message stays as sent
+        system, user = current.system, current.user  # each statement sees the earlier ones' changes
         evaluator = Evaluator(current)
         for st in self.statements:
             _, scope, name = st.target
