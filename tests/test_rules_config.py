@@ -156,3 +156,22 @@ def test_config_rules_through_the_sdk():
             assert original.to is None and original_props["qty"] == 10 and "secret" in original_props
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "mutant, scenario",
+    [("mutant-rule-actions-ignored", "five_matching_rules_two_with_actions"), ("mutant-two-valued-sql", "unknown_in_and_or_and_not")],
+)
+def test_rules_features_catch_broken_brokers(mutant: str, scenario: str) -> None:
+    """The kit catches a broker that gets rules wrong (tests the kit, names no clause)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests" / "test_features.py"),
+         "--sb-target", mutant, "-k", scenario],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )
+    assert " failed" in result.stdout and result.returncode == 1, f"no scenario failed on {mutant}:\n{result.stdout[-2000:]}"

@@ -211,7 +211,9 @@ def rule_from_description(value: Any) -> Rule:
     elif code == FALSE_FILTER:
         rule_filter = FalseFilter()
     elif code == SQL_FILTER:
-        rule_filter = SqlFilter(items[0])
+        text = str(items[0])
+        # the true and false filters are SQL 1=1 and 1=0; a broker may describe them either way
+        rule_filter = TrueFilter() if text.replace(" ", "") == TRUE_SQL else FalseFilter() if text.replace(" ", "") == FALSE_SQL else SqlFilter(text)
     elif code == CORRELATION_FILTER:
         items += [None] * (9 - len(items))
         fields = {field: items[i] for i, (_, field) in enumerate(_CORRELATION_KEYS) if items[i] is not None}
