@@ -320,6 +320,10 @@ def route(
     A rule that fails to evaluate dead-letters the message when the subscription says so
     (RULES-DLQ-001), else counts as not matching (RULES-DLQ-002). No copy: nothing is stored
     here (RULES-RULE-003)."""
+    if len(rules.rules) == 1:  # the usual case, $Default alone: no need to look at the message
+        (only,) = rules.rules.values()
+        if only.action is None and isinstance(only.filter, TrueFilter):
+            return Routed(copies=(message,))
     props = properties_of(message, sequence_number, enqueued_time, size)
     plain = False
     copies: list[Message] = []

@@ -34,6 +34,10 @@ from .errors import ErrorCode, ServiceBusError
 #: (https://learn.microsoft.com/en-us/azure/service-bus-messaging/service-bus-quotas).
 MAX_EXPRESSION_LENGTH = 1024
 MAX_ACTION_STATEMENTS = 32
+#: The model's bound on nesting (parentheses, NOT, signs, operator chains): deeper trees are
+#: refused at creation, so that neither parsing nor evaluation can exhaust the stack. The docs
+#: state no such limit; real filters stay far below it.
+MAX_DEPTH = 64
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -280,7 +284,13 @@ class _Parser:
         self.kind = kind
         self.tokens = tokenize(text, kind)
         self.i = 0
+        self.depth = 0
         self.parameters = {k.lower(): v for k, v in (parameters or {}).items()}
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error(f"the expression nests more than {MAX_DEPTH} levels deep")
 
     # -- helpers
     @property
@@ -315,9 +325,11 @@ class _Parser:
 
     # -- predicates
     def predicate(self) -> tuple:
+        self.enter()
         left = self.conjunction()
         while self.take("kw", "OR"):
             left = ("or", left, self.conjunction())
+        self.depth -= 1
         return left
 
     def conjunction(self) -> tuple:
@@ -328,7 +340,10 @@ class _Parser:
 
     def negation(self) -> tuple:
         if self.take("kw", "NOT"):
-            return ("not", self.negation())
+            self.enter()
+            inner = self.negation()
+            self.depth -= 1
+            return ("not", inner)
         return self.comparison()
 
     def comparison(self) -> tuple:
@@ -389,9 +404,15 @@ class _Parser:
             if self.at("int"):  # -9223372036854775808 is a constant, not a negated overflow
                 t = self.take("int")
                 return ("const", _int64(-t.value))
-            return ("neg", self.unary())
+            self.enter()
+            inner = self.unary()
+            self.depth -= 1
+            return ("neg", inner)
         if self.take("op", "+"):
-            return ("pos", self.unary())
+            self.enter()
+            inner = self.unary()
+            self.depth -= 1
+            return ("pos", inner)
         return self.primary()
 
     def primary(self) -> tuple:
@@ -475,6 +496,7 @@ def parse_filter(text: str, parameters: Mapping[str, Any] | None = None) -> SqlE
     p = _Parser(text, "SQL filter", parameters)
     tree = p.predicate()
     p.end()
+    _check_depth(p, tree)
     return SqlExpression(text, tree)
 
 
@@ -499,7 +521,24 @@ def parse_action(text: str, parameters: Mapping[str, Any] | None = None) -> tupl
                 raise p.error("expected ';', ',' or the end of the action")
         if len(out) > MAX_ACTION_STATEMENTS:
             raise p.error(f"an action has at most {MAX_ACTION_STATEMENTS} statements", t)
+    for statement in out:
+        if statement.value is not None:
+            _check_depth(p, statement.value)
     return tuple(out)
+
+
+def _check_depth(p: _Parser, tree: tuple) -> None:
+    """Operator chains (a + a + ... + a) nest without recursion in the parser: bound the tree."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH * 2:
+            raise syntax_error(p.kind, p.text, 0, f"the expression nests more than {MAX_DEPTH * 2} operations deep")
+        for child in node[1:]:
+            if isinstance(child, tuple) and child and isinstance(child[0], str):
+                stack.append((child, depth + 1))
+            elif isinstance(child, tuple):
+                stack.extend((c, depth + 1) for c in child if isinstance(c, tuple))
 
 
 # -------------------------------------------------------------------- evaluation

@@ -201,3 +201,13 @@ def test_partitioned_topic_copies_stay_in_their_partition():
     assert {partition_of(d.sequence_number) for d in found} == {partition_of(seq)}
     assert len({d.sequence_number for d in found}) == 3
     assert sorted(d.message.application_properties.get("x", 0) for d in found) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("text", ["(" * 300 + "1=1" + ")" * 300, "NOT " * 250 + "1=1", "-" * 1000 + "1 = 1", "1" + "+1" * 500 + " = 1"])
+def test_deep_nesting_is_refused_not_a_crash(text):
+    """Bad input is bounded: nesting that could exhaust the stack is an argument error."""
+    with pytest.raises(ServiceBusError) as info:
+        parse_filter(text)
+    assert info.value.code is ErrorCode.ARGUMENT_ERROR and "nests more than" in info.value.text
+    with pytest.raises(ServiceBusError):
+        parse_action("SET a = " + "(" * 100 + "1" + ")" * 100)
