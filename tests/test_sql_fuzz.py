@@ -405,3 +405,32 @@ def test_any_text_parses_or_is_refused_with_a_position(text):
                 line, col = int(m[1]), int(m[2])
                 lines = text.split("\n")
                 assert 1 <= line <= len(lines) and 1 <= col <= len(lines[line - 1]) + 1, (text, error.text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_actions_agree_with_the_oracle(data):
+    """SET out = <expression>, applied to a message, stores what the oracle computes (UNKNOWN:
+    null); an action that cannot evaluate fails exactly where the oracle does."""
+    from reference import Message
+    from reference.rules import SqlRuleAction, properties_of
+
+    tree = data.draw(expressions(), label="tree")
+    text = "SET out = " + render(tree, data.draw)
+    system, user = data.draw(messages, label="message")
+    message = Message(b"", message_id=system.get("message_id"), subject=system.get("subject"), application_properties=user)
+    msg = ({"message_id": message.message_id, "subject": message.subject}, user)
+    try:
+        expected = oracle(tree, msg)
+    except Fail:
+        expected = ERR
+    try:
+        out = SqlRuleAction(text).apply(message, properties_of(message))
+        got = out.application_properties["out"]
+    except FilterEvaluationError:
+        got = ERR
+    if expected == ERR or got == ERR:
+        assert got == expected, text
+    else:
+        assert same(UNKNOWN if got is None else got, expected), f"{text!r}: model {got!r}, oracle {expected!r}"
+    assert message.application_properties == user  # the message itself never changes
