@@ -107,6 +107,7 @@ def test_add_rule_request_round_trip():
         Rule("t", TrueFilter()),
         Rule("f", FalseFilter()),
         Rule("s", SqlFilter("a = 1"), SqlRuleAction("SET b = 2")),
+        Rule("p", SqlFilter("a = @x", {"@x": 3}), SqlRuleAction("SET b = @y", {"@y": "z"})),
         Rule("c", CorrelationFilter(correlation_id="x", subject="l", reply_to_session_id="r", properties={"n": 5, "ok": True})),
     ]:
         assert rule_from_add_request(add_rule_body(rule)) == rule

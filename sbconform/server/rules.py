@@ -180,7 +180,7 @@ def add_rule_body(rule: Rule) -> dict:
     elif isinstance(f, FalseFilter):
         desc["sql-filter"] = {"expression": FALSE_SQL}
     elif isinstance(f, SqlFilter):
-        desc["sql-filter"] = {"expression": f.expression}
+        desc["sql-filter"] = {"expression": f.expression, **({"parameters": dict(f.parameters)} if f.parameters else {})}
     elif isinstance(f, CorrelationFilter):
         corr: dict[str, Any] = {k: getattr(f, field) for k, field in _CORRELATION_KEYS if getattr(f, field) is not None}
         if f.properties:
@@ -189,7 +189,8 @@ def add_rule_body(rule: Rule) -> dict:
     else:
         raise _argument(f"unknown filter {f!r}")
     if rule.action is not None:
-        desc["sql-rule-action"] = {"expression": rule.action.expression}
+        params = {"parameters": dict(rule.action.parameters)} if rule.action.parameters else {}
+        desc["sql-rule-action"] = {"expression": rule.action.expression, **params}
     return {"rule-name": rule.name, "rule-description": desc}
 
 
