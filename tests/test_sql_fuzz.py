@@ -362,7 +362,7 @@ def same(model, expected) -> bool:
     return type(model) is type(expected) and model == expected
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_parser_and_evaluator_agree_with_the_oracle(data):
     tree = data.draw(st.one_of(predicates(), expressions()), label="tree")
