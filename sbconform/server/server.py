@@ -57,44 +57,16 @@ from reference import Message as ModelMessage
 from reference.entity import Topic
 from reference.partitioning import PartitionedTopic
 
+from ..amqp import codec
 from .config import Config
 from .sas import TokenError, check_token, normalise
 from .wire import BATCH_FORMAT, FrameScanner, WireError, data_sections, skip
 
 log = logging.getLogger("sbconform.serve")
 
-#: model error code -> AMQP error condition (as the SDK maps them back)
-CONDITIONS = {
-    ErrorCode.ENTITY_NOT_FOUND: "amqp:not-found",
-    ErrorCode.ENTITY_ALREADY_EXISTS: "com.microsoft:entity-already-exists",
-    ErrorCode.MESSAGE_LOCK_LOST: "com.microsoft:message-lock-lost",
-    ErrorCode.SESSION_LOCK_LOST: "com.microsoft:session-lock-lost",
-    ErrorCode.SESSION_CANNOT_BE_LOCKED: "com.microsoft:session-cannot-be-locked",
-    ErrorCode.MESSAGE_NOT_FOUND: "com.microsoft:message-not-found",
-    ErrorCode.MESSAGE_SIZE_EXCEEDED: "amqp:link:message-size-exceeded",
-    ErrorCode.QUOTA_EXCEEDED: "amqp:resource-limit-exceeded",
-    ErrorCode.INVALID_OPERATION: "amqp:not-allowed",
-    ErrorCode.ARGUMENT_ERROR: "com.microsoft:argument-error",
-    ErrorCode.TIMEOUT: "com.microsoft:timeout",
-    ErrorCode.SERVER_BUSY: "com.microsoft:server-busy",
-    ErrorCode.ENTITY_UNAVAILABLE: "com.microsoft:entity-disabled",
-    ErrorCode.UNAUTHORIZED: "amqp:unauthorized-access",
-    ErrorCode.CONNECTION_LOST: "amqp:connection:forced",
-}
-#: management status codes per error
-STATUS = {
-    ErrorCode.ENTITY_NOT_FOUND: 404,
-    ErrorCode.MESSAGE_NOT_FOUND: 404,
-    ErrorCode.MESSAGE_LOCK_LOST: 410,
-    ErrorCode.SESSION_LOCK_LOST: 410,
-    ErrorCode.SESSION_CANNOT_BE_LOCKED: 409,
-    ErrorCode.ENTITY_ALREADY_EXISTS: 409,
-    ErrorCode.UNAUTHORIZED: 401,
-    ErrorCode.QUOTA_EXCEEDED: 403,
-    ErrorCode.TIMEOUT: 408,
-    ErrorCode.SERVER_BUSY: 503,
-    ErrorCode.ENTITY_UNAVAILABLE: 503,
-}
+#: the one mapping of errors, in sbconform/amqp/codec.py
+CONDITIONS = codec.CONDITIONS
+STATUS = codec.STATUS
 
 A = symbol
 X_SEQ = A("x-opt-sequence-number")
@@ -770,52 +742,7 @@ class Server:
         dlv.settle()
 
     def _encode(self, d: Any, lock_token: bool = True) -> bytes:
-        m = d.message
-        epoch = self.clock.epoch_ms
-        msg = Message()
-        msg.inferred = True
-        msg.body = m.body
-        if m.message_id is not None:
-            msg.id = m.message_id
-        if m.session_id is not None:
-            msg.group_id = m.session_id
-        if m.content_type is not None:
-            msg.content_type = A(m.content_type)
-        if m.correlation_id is not None:
-            msg.correlation_id = m.correlation_id
-        if m.subject is not None:
-            msg.subject = m.subject
-        if m.to is not None:
-            msg.address = m.to
-        if m.reply_to is not None:
-            msg.reply_to = m.reply_to
-        # the effective time to live (the entity default caps the message's: SETTLE-TTL-001)
-        ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
-        annotations = {
-            X_SEQ: d.sequence_number,
-            X_ENQ: timestamp(epoch + d.enqueued_time),
-        }
-        if d.locked_until is not None and lock_token:
-            annotations[X_LOCKED] = timestamp(epoch + d.locked_until)
-        if m.partition_key is not None:
-            annotations[X_PKEY] = m.partition_key
-        if m.scheduled_enqueue_time is not None:
-            annotations[X_SCHED] = timestamp(epoch + m.scheduled_enqueue_time)
-        state = str(d.state)
-        if state == "deferred":
-            annotations[X_STATE] = 1
-        elif state == "scheduled":
-            annotations[X_STATE] = 2
-        if d.dead_letter_source is not None:
-            annotations[X_DLSOURCE] = d.dead_letter_source
-        msg.annotations = annotations
-        props = d.application_properties
-        if props:
-            msg.properties = props
-        encoded = msg.encode()
-        if encoded[:3] == b"\x00\x53\x70":  # proton's own (empty) header: ours replaces it
-            encoded = encoded[skip(encoded, 3):]
-        return _header(ttl, max(d.delivery_count - 1, 0)) + encoded
+        return codec.encode(d, self.clock.epoch_ms, lock_token)
 
     # ---------------------------------------------------------------- send
     def _incoming(self, state: ConnState, link: Link, dlv: Delivery) -> None:
@@ -869,43 +796,7 @@ class Server:
         dlv.settle()
 
     def _decode(self, data: bytes) -> ModelMessage:
-        msg = Message()
-        msg.decode(data)
-        return self._model_message(msg)
-
-    def _model_message(self, msg: Message) -> ModelMessage:
-        body = msg.body
-        if body is None:
-            body = b""
-        elif isinstance(body, str):
-            body = body.encode("utf-8")
-        elif isinstance(body, memoryview):
-            body = bytes(body)
-        elif not isinstance(body, bytes):
-            body = repr(body).encode()
-        ann = msg.annotations or {}
-        scheduled = ann.get(X_SCHED)
-        if scheduled is not None:
-            scheduled = int(scheduled.timestamp() * 1000) if hasattr(scheduled, "timestamp") else int(scheduled)
-            scheduled -= self.clock.epoch_ms
-        pkey = ann.get(X_PKEY)
-        ttl = msg.ttl
-        mid = msg.id
-        corr = msg.correlation_id
-        return ModelMessage(
-            body=body,
-            message_id=None if mid is None else str(mid),
-            session_id=msg.group_id or None,
-            partition_key=None if pkey is None else str(pkey),
-            time_to_live=round(ttl * 1000) if ttl else None,
-            scheduled_enqueue_time=scheduled,
-            content_type=None if msg.content_type is None else str(msg.content_type) or None,
-            correlation_id=None if corr is None else str(corr),
-            subject=msg.subject,
-            to=msg.address,
-            reply_to=msg.reply_to,
-            application_properties=dict(msg.properties or {}),
-        )
+        return codec.decode(data, self.clock.epoch_ms)
 
     # ------------------------------------------------------------------ CBS
     def _cbs(self, state: ConnState, data: bytes) -> None:
@@ -960,9 +851,9 @@ class Server:
         except ServiceBusError as error:
             result = None
             reply = {
-                "statusCode": STATUS.get(error.code, 400),
+                "statusCode": codec.status_of(error.code),
                 "statusDescription": error.text,
-                "errorCondition": A(CONDITIONS.get(error.code, "amqp:internal-error")),
+                "errorCondition": A(codec.condition_of(error.code)),
             }
         except TokenError as error:
             result = None
@@ -1093,16 +984,7 @@ class Server:
 def _condition(error: ServiceBusError) -> Condition:
     """The AMQP error for a model error. The info map is always present (with the
     tracking id): the SDK reads the error's third field and fails on a shorter list."""
-    return Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
-
-
-def _header(ttl: int | None, delivery_count: int) -> bytes:
-    """The header section, every field written out. Proton drops a header holding only
-    defaults, and the SDK then shows delivery_count None instead of 0."""
-    fields = b"\x42\x40"  # durable false, priority null
-    fields += b"\x40" if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big")
-    fields += b"\x42\x70" + min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")  # first-acquirer false, delivery-count
-    return b"\x00\x53\x70\xc0" + bytes([len(fields) + 1, 5]) + fields
+    return Condition(codec.condition_of(error.code), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
 
 
 def _uuid(value: Any) -> uuid.UUID:
