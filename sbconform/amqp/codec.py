@@ -138,6 +138,7 @@ class Envelope:
     annotations: tuple[tuple[str, bytes], ...] = ()  # (key, raw key + value) the sender set
     properties: tuple[bytes, ...] | None = None  # raw fields of the properties list; None: no section
     application: tuple[tuple[str, bytes], ...] | None = None  # (key, raw key + value); None: no section
+    application_section: bytes = b""  # the whole application-properties section as sent
     body: bytes = b""  # the body sections; b"": the message had none
     footer: bytes = b""  # the whole section, or nothing
 
@@ -185,7 +186,7 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
     data = memoryview(data) if not isinstance(data, memoryview) else data
     durable, priority = b"\x42", b"\x40"
     ttl = None
-    delivery_annotations = footer = b""
+    delivery_annotations = footer = application_section = b""
     annotations: list[tuple[str, bytes]] = []
     props: list[bytes] | None = None
     application: list[tuple[str, bytes]] | None = None
@@ -222,6 +223,7 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
                     kind, value, _ = read_typed(props[index], 0)
                     fields[index] = (kind, value)
         elif code == APPLICATION_PROPERTIES:
+            application_section = bytes(data[start:end])
             application = []
             for key, raw in _entries(data, at):
                 name = str(key)
@@ -249,7 +251,7 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
     envelope = Envelope(
         durable=durable, priority=priority, delivery_annotations=delivery_annotations,
         annotations=tuple(annotations), properties=None if props is None else tuple(props),
-        application=None if application is None else tuple(application),
+        application=None if application is None else tuple(application), application_section=application_section,
         body=b"".join(body_parts), footer=footer,
     )
     return ModelMessage(
@@ -320,7 +322,9 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
         extra[DEAD_LETTER_REASON] = d.dead_letter_reason
     if d.dead_letter_description is not None:
         extra[DEAD_LETTER_ERROR_DESCRIPTION] = d.dead_letter_description
-    if env.application is not None or extra:
+    if env.application_section and not extra:
+        out.append(env.application_section)
+    elif env.application is not None or extra:
         app = [raw for key, raw in (env.application or ()) if key not in extra]
         app += [v.string(k) + v.string(x) for k, x in extra.items()]
         out.append(v.described(APPLICATION_PROPERTIES, v.map_entries(app)))
