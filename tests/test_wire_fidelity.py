@@ -33,7 +33,7 @@ from sbconform.server.sas import make_token  # noqa: E402
 
 from serve_support import KEY, KEY_NAME, connection_string  # noqa: E402
 
-QUEUES = ["ids", "bodies", "sections", "absent", "sdk", "state", "dlq", "assigned", "parts"]
+QUEUES = ["ids", "bodies", "sections", "absent", "sdk", "state", "dlq", "assigned", "mgmt"]
 
 
 @pytest.fixture(scope="module")
@@ -407,3 +407,87 @@ def test_sdk_message_without_id_gets_one_from_the_broker(sdk) -> None:
         r.renew_message_lock(m)
         r.complete_message(m)
     assert m.message_id and m.message_id != "None"
+
+
+# ------------------------------------------------------------------ links
+def test_entity_links_advertise_the_entity_limit_a_tracking_id_and_the_type(raw: RawClient, server) -> None:
+    raw.authorize("ids")
+    sender = raw.conn.create_sender("ids", options=AtLeastOnce())
+    assert sender.link.remote_max_message_size == 256 * 1024  # Standard: 256 KB [quotas]
+    props = sender.link.remote_properties
+    assert uuid.UUID(props[symbol("com.microsoft:tracking-id")])
+    assert props[symbol("com.microsoft:entity-type")] == 0  # a queue
+    sender.close()
+    receiver = raw.conn.create_receiver("ids")
+    assert receiver.link.remote_max_message_size == 256 * 1024
+    receiver.close()
+
+
+def test_premium_entities_advertise_their_own_limit(server, raw: RawClient) -> None:
+    big = 4 * 1024 * 1024
+    server.call_soon(lambda: server.namespace.create_queue("large", max_message_size=big))
+    deadline = time.monotonic() + 5
+    while "large" not in server.namespace.entities and time.monotonic() < deadline:
+        time.sleep(0.01)
+    raw.authorize("large")
+    sender = raw.conn.create_sender("large", options=AtLeastOnce())
+    assert sender.link.remote_max_message_size == big  # the entity's MaxMessageSizeInKilobytes [premium]
+    sender.close()
+    with ServiceBusClient.from_connection_string(connection_string(server.port), retry_total=0) as c:
+        # (the Python SDK caps a batch at 1 MB whatever the link says: batches are not large messages)
+        with c.get_queue_sender("ids") as s:
+            assert s.create_message_batch().max_size_in_bytes == 256 * 1024
+
+
+def test_concurrent_management_requests_each_get_their_own_correlation_id(raw: RawClient, server) -> None:
+    with ServiceBusClient.from_connection_string(connection_string(server.port), retry_total=0) as c:
+        with c.get_queue_sender("mgmt") as s:
+            s.send_messages([ServiceBusMessage(f"m{i}".encode(), message_id=f"c{i}") for i in range(5)])
+    raw.authorize("mgmt")
+    replies = raw.conn.create_receiver("mgmt/$management", credit=10)
+    sender = raw.conn.create_sender("mgmt/$management")
+    requests = []
+    for i in range(5):
+        request = Message(body={"from-sequence-number": i + 1, "message-count": 1},
+                          properties={"operation": "com.microsoft:peek-message"})
+        request.id = uuid.uuid4()
+        request.reply_to = "mgmt/$management"
+        requests.append(request)
+    for request in requests:  # all sent before any answer is read
+        sender.send(request)
+    answers = [replies.receive(timeout=10) for _ in requests]  # answers come settled
+    by_correlation = {a.correlation_id: a for a in answers}
+    assert set(by_correlation) == {r.id for r in requests}
+    for i, request in enumerate(requests):
+        answer = by_correlation[request.id]
+        assert answer.properties["statusCode"] == 200
+        peeked = Message()
+        peeked.decode(answer.body["messages"][0]["message"])
+        assert peeked.id == f"c{i}"  # the answer to this request, not another's
+
+
+def test_next_available_session_waits_for_the_clients_timeout(server) -> None:
+    from azure.servicebus import NEXT_AVAILABLE_SESSION
+    from azure.servicebus.exceptions import OperationTimeoutError
+
+    server.call_soon(lambda: server.namespace.create_queue("sessions", requires_session=True))
+    time.sleep(0.2)
+    with ServiceBusClient.from_connection_string(connection_string(server.port), retry_total=0) as c:
+        started = time.monotonic()
+        with pytest.raises(OperationTimeoutError):
+            with c.get_queue_receiver("sessions", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=3):
+                pass
+        assert time.monotonic() - started >= 2.5  # not refused at once: the client said 3 s
+
+        def later() -> None:
+            time.sleep(1)
+            with c.get_queue_sender("sessions") as s:
+                s.send_messages(ServiceBusMessage(b"x", session_id="late"))
+
+        import threading
+
+        thread = threading.Thread(target=later)
+        thread.start()
+        with c.get_queue_receiver("sessions", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10) as r:
+            assert r.session.session_id == "late"  # a session arriving during the wait is taken
+        thread.join()

@@ -51,6 +51,7 @@ from proton import (
     ulong,
 )
 from proton import UNDESCRIBED
+from proton import int32
 
 from reference import NEVER, PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
 from reference import Message as ModelMessage
@@ -80,6 +81,13 @@ SESSION_FILTER = A("com.microsoft:session-filter")
 LOCKED_UNTIL_UTC = A("com.microsoft:locked-until-utc")
 ATTACH_TIMEOUT = A("com.microsoft:timeout")
 RECEIVER_NAME = A("com.microsoft:receiver-name")
+TRACKING_ID = A("com.microsoft:tracking-id")
+ENTITY_TYPE = A("com.microsoft:entity-type")
+#: .NET's MessagingEntityType: Queue 0, Topic 1, Subscriber 2
+ENTITY_TYPES = {"queue": 0, "topic": 1, "subscription": 2}
+#: how long a next-available-session attach waits when the client names no timeout: the
+#: service's default operation timeout (the Python SDK itself waits 65 s for the ATTACH)
+SESSION_WAIT_MS = 60_000
 DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
 
 #: credit the server keeps granted to each sending client
@@ -517,9 +525,7 @@ class Server:
             except ServiceBusError as error:
                 self._refuse(link, error)
                 return
-            # No max-message-size on the link (the SDK then allows 1 MiB): the entity's own
-            # limit is the model's, and a message over it is rejected with
-            # amqp:link:message-size-exceeded, details and tracking id included.
+            self._link_properties(link, address)
             link.open()
             link.flow(SEND_CREDIT)
             return
@@ -549,10 +555,12 @@ class Server:
         r = Receiving(link, state, address, mode)
         r.address = source_address or ""
         link.receiving = r
+        self._link_properties(link, address)
         wants, session_id = self._session_filter(remote_source)
         if wants or store.requires_session and wants:
             r.wants_session = True
-            timeout_ms = 0
+            # The client's operation timeout, else the service's default (spec/wire.md 4)
+            timeout_ms = SESSION_WAIT_MS
             props = link.remote_properties or {}
             if props.get(ATTACH_TIMEOUT) is not None:
                 timeout_ms = int(props[ATTACH_TIMEOUT])
@@ -603,7 +611,7 @@ class Server:
         link.source.filter.put_symbol(SESSION_FILTER)
         link.source.filter.put_string(sid)
         link.source.filter.exit()
-        link.properties = {LOCKED_UNTIL_UTC: (self.clock.epoch_ms + locked_until) * 10_000 + DOTNET_EPOCH_TICKS}
+        link.properties = {**(link.properties or {}), LOCKED_UNTIL_UTC: (self.clock.epoch_ms + locked_until) * 10_000 + DOTNET_EPOCH_TICKS}
         link.open()
         r.conn.receivers.append(r)
         return True
@@ -616,6 +624,20 @@ class Server:
                 still.append(r)
         state.pending_sessions = still
         self._flush(state)
+
+    def _link_properties(self, link: Link, path: str) -> None:
+        """What Service Bus says on an entity link's ATTACH (spec/wire.md 4): the entity's
+        max-message-size (256 KB Standard, the entity's own up to 100 MB on Premium), a
+        tracking id, and the entity type."""
+        entity = self.namespace.entities.get(path.split("/", 1)[0].lower())
+        if entity is None:
+            return
+        link.max_message_size = entity.description.max_message_size
+        kind = "subscription" if "/subscriptions/" in path.lower() else entity.kind
+        link.properties = {
+            TRACKING_ID: str(uuid.uuid4()),
+            ENTITY_TYPE: int32(ENTITY_TYPES.get(kind, 0)),
+        }
 
     def _refuse(self, link: Link, error: ServiceBusError) -> None:
         """ATTACH with a null terminus, then DETACH with the error."""
