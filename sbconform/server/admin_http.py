@@ -1,0 +1,654 @@
+"""The management REST API of Service Bus (the ATOM feed ``ServiceBusAdministrationClient`` speaks),
+served beside the AMQP listener, as Microsoft's emulator serves it on port 5300.
+
+Routes (https://learn.microsoft.com/rest/api/servicebus/ "Service Bus REST API", and what
+azure-servicebus 7.15's ``management/_generated/operations`` sends):
+
+| method | path | what |
+|---|---|---|
+| GET | ``/$namespaceinfo`` | namespace properties (``NamespaceInfo``) |
+| GET | ``/$Resources/Queues`` or ``/$Resources/Topics`` ``?$skip=&$top=`` | a feed, one page |
+| GET | ``/{topic}/subscriptions?$skip=&$top=`` | a feed of subscriptions |
+| GET | ``/{entity}``, ``/{topic}/subscriptions/{name}`` | one entry (description and runtime counts); an unknown entity is an empty feed with 200, as Service Bus answers |
+| PUT | same | create (201); with ``If-Match: *`` update (200) |
+| DELETE | same | 200; 404 if unknown |
+
+Every request carries a shared access signature in ``Authorization``, checked as CBS checks
+put-token (key, signature, expiry, audience covering the path). Errors are Service Bus's:
+status code and ``<Error><Code>..</Code><Detail>..</Detail></Error>``.
+
+The namespace model is single-threaded and belongs to the AMQP server's loop: each request
+runs its model part there (``Server.call_soon``) and waits for the answer; only the XML is
+made on the HTTP thread. Rules are not served yet (501): the model has none.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import uuid
+import xml.etree.ElementTree as ET
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from reference import TIMESPAN_MAX, ErrorCode, ServiceBusError
+from reference.entity import KB
+
+from ..amqp.codec import status_of
+from .sas import TokenError, check_token
+
+log = logging.getLogger("sbconform.serve")
+
+ATOM = "http://www.w3.org/2005/Atom"
+SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+COUNTS = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+ET.register_namespace("", ATOM)
+ET.register_namespace("d2p1", COUNTS)
+ET.register_namespace("i", XSI)
+
+#: largest request body accepted (an entity description is a few kilobytes)
+MAX_BODY = 256 * 1024
+#: how long a request waits for the model's answer
+CALL_TIMEOUT = 30.0
+API_VERSION = "2021-05"
+#: .NET TimeSpan.MaxValue as XmlConvert writes it: "never"
+TIMESPAN_MAX_TEXT = "P10675199DT2H48M5.4775807S"
+
+#: XML element -> (model field, kind) per entity kind; the rest is kept as sent (``extras``)
+_COMMON = {
+    "DefaultMessageTimeToLive": ("default_message_time_to_live", "duration"),
+    "EnableBatchedOperations": ("enable_batched_operations", "bool"),
+    "AutoDeleteOnIdle": ("auto_delete_on_idle", "duration"),
+}
+FIELDS = {
+    "queue": {
+        **_COMMON,
+        "LockDuration": ("lock_duration", "duration"),
+        "MaxSizeInMegabytes": ("max_size_in_megabytes", "int"),
+        "RequiresDuplicateDetection": ("requires_duplicate_detection", "bool"),
+        "RequiresSession": ("requires_session", "bool"),
+        "DeadLetteringOnMessageExpiration": ("dead_lettering_on_message_expiration", "bool"),
+        "DuplicateDetectionHistoryTimeWindow": ("duplicate_detection_history_time_window", "duration"),
+        "MaxDeliveryCount": ("max_delivery_count", "int"),
+        "ForwardTo": ("forward_to", "path"),
+        "EnablePartitioning": ("enable_partitioning", "bool"),
+        "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
+    },
+    "topic": {
+        **_COMMON,
+        "MaxSizeInMegabytes": ("max_size_in_megabytes", "int"),
+        "RequiresDuplicateDetection": ("requires_duplicate_detection", "bool"),
+        "DuplicateDetectionHistoryTimeWindow": ("duplicate_detection_history_time_window", "duration"),
+        "EnablePartitioning": ("enable_partitioning", "bool"),
+        "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
+    },
+    "subscription": {
+        **_COMMON,
+        "LockDuration": ("lock_duration", "duration"),
+        "RequiresSession": ("requires_session", "bool"),
+        "DeadLetteringOnMessageExpiration": ("dead_lettering_on_message_expiration", "bool"),
+        "MaxDeliveryCount": ("max_delivery_count", "int"),
+        "ForwardTo": ("forward_to", "path"),
+    },
+}
+#: the order Service Bus writes a description's elements in (its serializer is order-sensitive)
+ORDER = {
+    "queue": ["LockDuration", "MaxSizeInMegabytes", "RequiresDuplicateDetection", "RequiresSession",
+              "DefaultMessageTimeToLive", "DeadLetteringOnMessageExpiration", "DuplicateDetectionHistoryTimeWindow",
+              "MaxDeliveryCount", "EnableBatchedOperations", "SizeInBytes", "MessageCount", "IsAnonymousAccessible",
+              "AuthorizationRules", "Status", "ForwardTo", "UserMetadata", "CreatedAt", "UpdatedAt", "AccessedAt",
+              "SupportOrdering", "CountDetails", "AutoDeleteOnIdle", "EnablePartitioning", "EntityAvailabilityStatus",
+              "ForwardDeadLetteredMessagesTo", "EnableExpress", "MaxMessageSizeInKilobytes"],
+    "topic": ["DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
+              "DuplicateDetectionHistoryTimeWindow", "EnableBatchedOperations", "SizeInBytes",
+              "FilteringMessagesBeforePublishing", "IsAnonymousAccessible", "AuthorizationRules", "Status", "UserMetadata",
+              "CreatedAt", "UpdatedAt", "AccessedAt", "SupportOrdering", "CountDetails", "SubscriptionCount",
+              "AutoDeleteOnIdle", "EnablePartitioning", "EntityAvailabilityStatus", "EnableSubscriptionPartitioning",
+              "EnableExpress", "MaxMessageSizeInKilobytes"],
+    "subscription": ["LockDuration", "RequiresSession", "DefaultMessageTimeToLive", "DeadLetteringOnFilterEvaluationExceptions",
+                     "DeadLetteringOnMessageExpiration", "MessageCount", "MaxDeliveryCount", "EnableBatchedOperations",
+                     "Status", "ForwardTo", "CreatedAt", "UpdatedAt", "AccessedAt", "CountDetails", "UserMetadata",
+                     "ForwardDeadLetteredMessagesTo", "AutoDeleteOnIdle", "EntityAvailabilityStatus"],
+}
+DESCRIPTION = {"queue": "QueueDescription", "topic": "TopicDescription", "subscription": "SubscriptionDescription"}
+#: what the broker computes: never taken from a request
+RUNTIME = {"SizeInBytes", "MessageCount", "CountDetails", "CreatedAt", "UpdatedAt", "AccessedAt", "SubscriptionCount",
+           "EntityAvailabilityStatus", "AuthorizationRules"}
+
+_DURATION = re.compile(r"^(-)?P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+# ----------------------------------------------------------------- values
+def parse_duration(text: str) -> int:
+    """An xs:duration (as .NET's XmlConvert writes TimeSpans) in milliseconds."""
+    text = text.strip()
+    if text == TIMESPAN_MAX_TEXT:
+        return TIMESPAN_MAX
+    m = _DURATION.match(text)
+    if not m or text in ("P", "PT") or m.group(1):
+        raise HttpError(400, f"'{text}' is not a valid duration (ISO 8601, such as PT1M)")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups()[1:])
+    ms = round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+    return min(ms, TIMESPAN_MAX)
+
+
+def format_duration(ms: int) -> str:
+    if ms >= TIMESPAN_MAX:
+        return TIMESPAN_MAX_TEXT
+    days, rest = divmod(ms, 86_400_000)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds = rest / 1000
+    out = "P" + (f"{days}D" if days else "")
+    time_part = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+    if seconds:
+        time_part += (f"{seconds:.3f}".rstrip("0").rstrip(".")) + "S"
+    if time_part:
+        out += "T" + time_part
+    return out if out != "P" else "PT0S"
+
+
+def _utc(epoch_ms: int) -> str:
+    return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t not in ("true", "false"):
+        raise HttpError(400, f"'{text}' is not a boolean")
+    return t == "true"
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+# ---------------------------------------------------------------- the API
+class AdminApi:
+    """The model side: every method runs on the AMQP server's loop thread."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        #: path (lower case) -> {"created": ms, "updated": ms, "extras": {element: text}}
+        self.meta: dict[str, dict[str, Any]] = {}
+
+    # -- helpers
+    @property
+    def ns(self):
+        return self.server.namespace
+
+    def _now(self) -> int:
+        return self.server.clock.epoch_ms + self.server.clock.now
+
+    def _meta(self, path: str) -> dict[str, Any]:
+        key = path.lower()
+        if key not in self.meta:
+            self.meta[key] = {"created": self.server.clock.epoch_ms, "updated": self.server.clock.epoch_ms, "extras": {}}
+        return self.meta[key]
+
+    def _kind(self, path: str) -> str | None:
+        parts = path.split("/")
+        entity = self.ns.entities.get(parts[0].lower())
+        if entity is None:
+            return None
+        if len(parts) == 3 and parts[1].lower() == "subscriptions":
+            subs = getattr(entity, "subscriptions", None)
+            return "subscription" if subs is not None and parts[2].lower() in subs else None
+        return entity.kind if len(parts) == 1 else None
+
+    def _name(self, path: str) -> str:
+        """The entity's own spelling of its path."""
+        parts = path.split("/")
+        entity = self.ns.entities[parts[0].lower()]
+        if len(parts) == 3:
+            return entity.subscriptions[parts[2].lower()].path
+        return entity.path
+
+    # -- reads
+    def describe(self, path: str) -> dict[str, Any] | None:
+        """Everything an entry shows about one entity, or None if there is none."""
+        kind = self._kind(path)
+        if kind is None:
+            return None
+        d = self.ns.describe(path)
+        info = self.ns.runtime_info(path)
+        meta = self._meta(path)
+        out = {"kind": kind, "path": self._name(path), "description": d, "info": info,
+               "created": meta["created"], "updated": meta["updated"], "extras": dict(meta["extras"])}
+        if kind == "topic":
+            out["subscription_count"] = len(self.ns.entities[path.lower()].subscriptions)
+        return out
+
+    def list(self, kind: str, skip: int, top: int, topic: str | None = None) -> list[dict[str, Any]]:
+        if topic is not None:
+            entity = self.ns.entities.get(topic.lower())
+            if entity is None or entity.kind != "topic":
+                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{topic}' could not be found.")
+            paths = [s.path for s in entity.subscriptions.values()]
+        else:
+            paths = [e.path for e in self.ns.entities.values() if e.kind == kind]
+        paths.sort(key=str.lower)
+        return [self.describe(p) for p in paths[skip:skip + top]]
+
+    def namespace(self) -> dict[str, Any]:
+        return {"name": self.ns.name if hasattr(self.ns, "name") else self.server.config.namespace_name,
+                "sku": str(getattr(self.ns, "sku", self.server.config.sku)), "created": self.server.clock.epoch_ms}
+
+    # -- writes
+    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
+        if self._kind(path) is not None or (kind != "subscription" and path.lower() in self.ns.entities):
+            raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The messaging entity '{path}' already exists.")
+        if kind == "queue":
+            self.ns.create_queue(path, **props)
+        elif kind == "topic":
+            self.ns.create_topic(path, **props)
+        else:
+            topic, _, name = path.split("/")
+            self.ns.create_subscription(topic, name, **props)
+        self.meta.pop(path.lower(), None)
+        meta = self._meta(path)
+        meta["created"] = meta["updated"] = self._now()
+        meta["extras"] = extras
+        log.info("entity created: %s '%s'", kind, path)
+        return self.describe(path)
+
+    def update(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
+        found = self._kind(path)
+        if found is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
+        if found != kind:
+            raise HttpError(400, f"'{path}' is a {found}, not a {kind}")
+        current = self.ns.describe(path)
+        changes = {k: v for k, v in props.items() if getattr(current, k) != v}
+        if changes:
+            self.ns.update(path, **changes)
+            self.server._mark_all_dirty()
+        meta = self._meta(path)
+        meta["updated"] = self._now()
+        meta["extras"] = extras
+        log.info("entity updated: %s '%s' %s", kind, path, sorted(changes))
+        return self.describe(path)
+
+    def delete(self, path: str) -> None:
+        kind = self._kind(path)
+        if kind is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
+        self.ns.delete(path)
+        for key in [k for k in self.meta if k == path.lower() or k.startswith(path.lower() + "/")]:
+            del self.meta[key]
+        self.server._mark_all_dirty()
+        log.info("entity deleted: %s '%s'", kind, path)
+
+
+# -------------------------------------------------------------------- XML
+def _el(parent: ET.Element, name: str, text: Any = None, ns: str = SB) -> ET.Element:
+    e = ET.SubElement(parent, f"{{{ns}}}{name}")
+    if text is not None:
+        e.text = text if isinstance(text, str) else ("true" if text is True else "false" if text is False else str(text))
+    return e
+
+
+def description_xml(found: dict[str, Any], parent: ET.Element, host: str) -> None:
+    kind, d, info, extras = found["kind"], found["description"], found["info"], found["extras"]
+    values: dict[str, Any] = {}
+    for element, (field, how) in FIELDS[kind].items():
+        value = getattr(d, field)
+        if how == "duration":
+            values[element] = format_duration(value)
+        elif how == "kilobytes":
+            values[element] = value // KB
+        elif how == "path":
+            if value is not None:
+                values[element] = extras.get(element) or f"sb://{host}/{value}"
+        else:
+            values[element] = value
+    scheduled = info.get("scheduled", 0)
+    total = info.get("active", 0) + info.get("deferred", 0) + info.get("dead_letter", 0) + scheduled
+    values.update({
+        "SizeInBytes": info.get("size_bytes", 0),
+        "CreatedAt": _utc(found["created"]), "UpdatedAt": _utc(found["updated"]), "AccessedAt": _utc(found["updated"]),
+        "Status": extras.get("Status", "Active"),
+        "EntityAvailabilityStatus": str(info.get("availability_status", "available")).capitalize(),
+    })
+    if kind != "topic":
+        values["MessageCount"] = total
+    if kind == "topic":
+        values["SubscriptionCount"] = found.get("subscription_count", 0)
+    for element, text in extras.items():
+        values.setdefault(element, text)
+    desc = ET.SubElement(parent, f"{{{SB}}}{DESCRIPTION[kind]}")
+    for element in ORDER[kind]:
+        if element == "CountDetails":
+            counts = _el(desc, "CountDetails")
+            active = info.get("active", 0) if kind != "topic" else 0
+            dead = info.get("dead_letter", 0) if kind != "topic" else 0
+            for name, value in (("ActiveMessageCount", active), ("DeadLetterMessageCount", dead),
+                                ("ScheduledMessageCount", scheduled), ("TransferMessageCount", 0),
+                                ("TransferDeadLetterMessageCount", 0)):
+                _el(counts, name, value, COUNTS)
+        elif element == "AuthorizationRules":
+            _el(desc, "AuthorizationRules")
+        elif element in values:
+            _el(desc, element, values[element])
+
+
+def entry_xml(found: dict[str, Any], host: str) -> bytes:
+    entry = ET.Element(f"{{{ATOM}}}entry")
+    _entry_into(entry, found, host)
+    return _document(entry)
+
+
+def _entry_into(entry: ET.Element, found: dict[str, Any], host: str) -> None:
+    url = f"https://{host}/{found['path']}?api-version={API_VERSION}"
+    _el(entry, "id", url, ATOM)
+    ET.SubElement(entry, f"{{{ATOM}}}title", {"type": "text"}).text = found["path"].rsplit("/", 1)[-1]
+    _el(entry, "published", _utc(found["created"]), ATOM)
+    _el(entry, "updated", _utc(found["updated"]), ATOM)
+    author = _el(entry, "author", None, ATOM)
+    _el(author, "name", host.split(":")[0], ATOM)
+    ET.SubElement(entry, f"{{{ATOM}}}link", {"rel": "self", "href": url})
+    content = ET.SubElement(entry, f"{{{ATOM}}}content", {"type": "application/xml"})
+    description_xml(found, content, host)
+
+
+def feed_xml(title: str, items: list[dict[str, Any]], host: str, path: str, skip: int, top: int, more: bool) -> bytes:
+    feed = ET.Element(f"{{{ATOM}}}feed")
+    ET.SubElement(feed, f"{{{ATOM}}}title", {"type": "text"}).text = title
+    _el(feed, "id", f"https://{host}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}", ATOM)
+    _el(feed, "updated", _utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)), ATOM)
+    ET.SubElement(feed, f"{{{ATOM}}}link", {"rel": "self", "href": f"https://{host}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}"})
+    if more:  # the SDK pages while a feed has a second link
+        ET.SubElement(feed, f"{{{ATOM}}}link", {"rel": "next", "href": f"https://{host}/{path}?$skip={skip + top}&$top={top}&api-version={API_VERSION}"})
+    for found in items:
+        _entry_into(_el(feed, "entry", None, ATOM), found, host)
+    return _document(feed)
+
+
+def empty_feed() -> bytes:
+    """What Service Bus answers a GET of an entity that does not exist: 200 and no entry."""
+    feed = ET.Element(f"{{{ATOM}}}feed")
+    ET.SubElement(feed, f"{{{ATOM}}}title", {"type": "text"}).text = "Publicly Listed Services"
+    ET.SubElement(feed, f"{{{ATOM}}}subtitle", {"type": "text"}).text = "This is the list of publicly-listed services currently available."
+    _el(feed, "id", f"uuid:{uuid.uuid4()};id=1", ATOM)
+    _el(feed, "updated", _utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)), ATOM)
+    _el(feed, "generator", "Service Bus 1.1", ATOM)
+    return _document(feed)
+
+
+def namespace_xml(info: dict[str, Any], host: str) -> bytes:
+    entry = ET.Element(f"{{{ATOM}}}entry")
+    _el(entry, "id", f"https://{host}/$namespaceinfo?api-version={API_VERSION}", ATOM)
+    ET.SubElement(entry, f"{{{ATOM}}}title", {"type": "text"}).text = info["name"]
+    _el(entry, "updated", _utc(info["created"]), ATOM)
+    author = _el(entry, "author", None, ATOM)
+    _el(author, "name", info["name"], ATOM)
+    ET.SubElement(entry, f"{{{ATOM}}}link", {"rel": "self", "href": f"https://{host}/$namespaceinfo?api-version={API_VERSION}"})
+    content = ET.SubElement(entry, f"{{{ATOM}}}content", {"type": "application/xml"})
+    ni = _el(content, "NamespaceInfo")
+    _el(ni, "CreatedTime", _utc(info["created"]))
+    _el(ni, "MessagingSKU", info["sku"].capitalize())
+    if info["sku"].lower() == "premium":
+        _el(ni, "MessagingUnits", 1)
+    _el(ni, "ModifiedTime", _utc(info["created"]))
+    _el(ni, "Name", info["name"])
+    _el(ni, "NamespaceType", "Messaging")
+    return _document(entry)
+
+
+def error_xml(status: int, detail: str) -> bytes:
+    root = ET.Element("Error")
+    ET.SubElement(root, "Code").text = str(status)
+    ET.SubElement(root, "Detail").text = f"{detail} TrackingId:{uuid.uuid4()}, Timestamp:{_utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000))}"
+    return _document(root)
+
+
+def _document(root: ET.Element) -> bytes:
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def _without_namespaces(body: bytes) -> bytes:
+    """The body with namespace declarations and prefixes removed. The Python SDK sends
+    ``<entry xmlns="...Atom" xmlns="...connect">`` (two default namespaces on one element:
+    its ``ServiceBusXMLWorkaroundPolicy`` strips the ``ns1`` prefix), which Service Bus takes and a
+    strict XML parser refuses; elements are matched by local name anyway."""
+    body = re.sub(rb"""\sxmlns(?::[\w.-]+)?\s*=\s*("[^"]*"|'[^']*')""", b"", body)
+    body = re.sub(rb"<(/?)[\w.-]+:", rb"<\1", body)
+    return re.sub(rb"""(\s)[\w.-]+:([\w.-]+\s*=\s*["'])""", rb"\1\2", body)
+
+
+def parse_description(body: bytes, kind: str, namespace_path: Callable[[str], str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(model properties, other elements kept as sent) of a PUT body's description."""
+    try:
+        root = ET.fromstring(_without_namespaces(body))
+    except ET.ParseError as error:
+        raise HttpError(400, f"the request body is not XML: {error}") from None
+    desc = None
+    for e in root.iter():
+        if _local(e.tag) == DESCRIPTION[kind]:
+            desc = e
+            break
+    if desc is None:
+        found = [_local(e.tag) for e in root.iter() if _local(e.tag).endswith("Description")]
+        raise HttpError(400, f"the request body holds no {DESCRIPTION[kind]}" + (f" (found {found[0]})" if found else ""))
+    props: dict[str, Any] = {}
+    extras: dict[str, str] = {}
+    for child in desc:
+        name, text = _local(child.tag), (child.text or "").strip()
+        if name in RUNTIME or name == "DefaultRuleDescription":
+            continue
+        if name not in FIELDS[kind]:
+            if text:
+                extras[name] = text
+            continue
+        if not text:
+            continue
+        field, how = FIELDS[kind][name]
+        try:
+            if how == "duration":
+                props[field] = parse_duration(text)
+            elif how == "bool":
+                props[field] = _bool(text)
+            elif how == "int":
+                props[field] = int(text)
+            elif how == "kilobytes":
+                props[field] = int(text) * KB
+            elif how == "path":
+                props[field] = namespace_path(text)
+                extras[name] = text
+        except ValueError:
+            raise HttpError(400, f"{name}: '{text[:60]}' is not valid") from None
+    return props, extras
+
+
+# ------------------------------------------------------------------- HTTP
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "sbconform"
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # a client that stops sending mid-request is dropped
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
+        log.debug("http %s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/atom+xml;type=entry;charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self, method: str) -> None:
+        admin: AdminHttp = self.server.admin  # type: ignore[attr-defined]
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length < 0 or length > MAX_BODY:
+                self.close_connection = True
+                raise HttpError(413, f"the request body of {length} bytes is larger than {MAX_BODY}")
+            body = self.rfile.read(length) if length else b""
+            status, out = admin.handle(method, self.path, self.headers, body)
+            self._send(status, out)
+        except HttpError as error:
+            self._send(error.status, error_xml(error.status, error.detail), "application/xml;charset=utf-8")
+        except ValueError as error:
+            self._send(400, error_xml(400, str(error)), "application/xml;charset=utf-8")
+
+
+class AdminHttp:
+    """``AdminHttp(server, host, port).start()`` returns the port; requests run until ``stop()``."""
+
+    def __init__(self, server: Any, host: str = "127.0.0.1", port: int = 5300) -> None:
+        self.server = server
+        self.api = AdminApi(server)
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.admin = self  # type: ignore[attr-defined]
+        self.port = self.httpd.server_address[1]
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> int:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="sbconform-admin-http", daemon=True)
+        self.thread.start()
+        return self.port
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- running on the model's thread
+    def call(self, fn: Callable[[], Any]) -> Any:
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as error:  # handed back to the HTTP thread
+                box["error"] = error
+            finally:
+                done.set()
+
+        self.server.call_soon(run)
+        if not done.wait(CALL_TIMEOUT):
+            raise HttpError(503, "the broker did not answer in time")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    # -- one request
+    def handle(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, bytes]:
+        url = urlsplit(target)
+        path = unquote(url.path).strip("/")
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        host = headers.get("Host") or f"localhost:{self.port}"
+        try:
+            check_token(headers.get("Authorization") or "", f"sb://{host}/{path}", self.server.keys)
+        except TokenError as error:
+            log.info("http %s /%s refused: %s", method, path, error)
+            raise HttpError(401, f"Unauthorized: {error}") from None
+        try:
+            return self._route(method, path, query, headers, body, host)
+        except ServiceBusError as error:
+            raise HttpError(status_of(error.code) if error.code is not ErrorCode.INVALID_OPERATION else 400, error.text) from None
+
+    def _route(self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes, host: str) -> tuple[int, bytes]:
+        parts = path.split("/") if path else []
+        lower = [p.lower() for p in parts]
+        skip, top = _int(query.get("$skip", "0"), "$skip"), _int(query.get("$top", "100"), "$top")
+        if method == "GET" and lower == ["$namespaceinfo"]:
+            return 200, namespace_xml(self.call(self.api.namespace), host)
+        if method == "GET" and len(parts) == 2 and lower[0] == "$resources" and lower[1] in ("queues", "topics"):
+            kind = lower[1][:-1]
+            items = self.call(lambda: self.api.list(kind, skip, top + 1))
+            return 200, feed_xml(parts[1], items[:top], host, path, skip, top, len(items) > top)
+        if len(parts) >= 3 and lower[1] == "subscriptions" and (len(parts) > 3):
+            raise HttpError(501, "rules are not served yet: the reference model has no rules")
+        if method == "GET" and len(parts) == 2 and lower[1] == "subscriptions":
+            items = self.call(lambda: self.api.list("subscription", skip, top + 1, topic=parts[0]))
+            return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, len(items) > top)
+        if not parts or any(not p for p in parts) or parts[0].startswith("$") or not (
+            len(parts) == 1 or (len(parts) == 3 and lower[1] == "subscriptions")
+        ):
+            raise HttpError(400, f"'/{path}' names no queue, topic or subscription")
+        entity_path = parts[0] if len(parts) == 1 else f"{parts[0]}/Subscriptions/{parts[2]}"
+        if method == "GET":
+            found = self.call(lambda: self.api.describe(entity_path))
+            return 200, (entry_xml(found, host) if found is not None else empty_feed())
+        if method == "DELETE":
+            self.call(lambda: self.api.delete(entity_path))
+            return 200, b""
+        if method == "PUT":
+            kind = "subscription" if len(parts) == 3 else _put_kind(body)
+            props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
+            if (headers.get("If-Match") or "").strip():
+                return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
+            return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras)), host)
+        raise HttpError(405, f"{method} is not supported on '/{path}'")
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise HttpError(400, f"{name}: '{text[:20]}' is not an integer") from None
+    if value < 0 or value > 1_000_000:
+        raise HttpError(400, f"{name}: {value} is out of range")
+    return value
+
+
+def _put_kind(body: bytes) -> str:
+    if b"QueueDescription" in body:
+        return "queue"
+    if b"TopicDescription" in body:
+        return "topic"
+    raise HttpError(400, "the request body holds no QueueDescription or TopicDescription")
+
+
+def _entity_of(text: str, host: str) -> str:
+    """'sb://host/q2', 'https://host/q2' or 'q2' -> 'q2' (a ForwardTo)."""
+    if "://" in text:
+        return urlsplit(text).path.strip("/")
+    return text.strip("/")
+
+
+def plain_http_transport() -> Any:
+    """A transport for ``ServiceBusAdministrationClient`` that speaks plain HTTP.
+
+    azure-servicebus 7.15 always builds ``https://<host>`` URLs, even from a connection string
+    with ``UseDevelopmentEmulator=true``; this transport sends the same requests over plain
+    HTTP to the port the connection string names::
+
+        ServiceBusAdministrationClient.from_connection_string(
+            "Endpoint=sb://localhost:5300;SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;",
+            transport=plain_http_transport())
+    """
+    from azure.core.pipeline.transport import RequestsTransport
+
+    class PlainHttpTransport(RequestsTransport):
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            if request.url.startswith("https://"):
+                request.url = "http://" + request.url[len("https://"):]
+            return super().send(request, **kwargs)
+
+    return PlainHttpTransport()
