@@ -278,6 +278,7 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             state = ConnState(sock, self.namespace.connect())
             self.conns[sock.fileno()] = state
+            log.info("connection %d from %s:%s", state.model_conn, *_addr[:2])
             self.selector.register(sock, selectors.EVENT_READ, state)
 
     def _io(self, state: ConnState, mask: int) -> None:
@@ -355,6 +356,7 @@ class Server:
         if state.closed:
             return
         state.closed = True
+        log.info("connection %d closed%s", state.model_conn, "" if state.clean_close else " without CLOSE (its locks are lost)")
         self.namespace.open_connections.discard(state.model_conn)
         for r in state.receivers:
             self.waiting[r.key].discard(r)
@@ -835,6 +837,7 @@ class Server:
             state.audiences.add(path.lower())
         except TokenError as error:
             status, description = 401, str(error)
+            log.info("connection %d: token refused for %s: %s", state.model_conn, props.get("name", "?"), error)
         self._reply(state, "$cbs", request, {"status-code": status, "status-description": description}, None)
 
     def _reply(self, state: ConnState, node: str, request: Message, props: dict, body: Any) -> None:
@@ -961,6 +964,8 @@ class Server:
         """The ``$sbconform`` node: what the SDK target needs that no SDK call does."""
         ns = self.namespace
         props = {str(k): v for k, v in (body.get("properties") or {}).items()}
+        if operation in ("create-queue", "create-topic", "create-subscription", "delete", "update"):
+            log.info("entity %s: %s", operation, body.get("path") or "/".join(str(body[k]) for k in ("topic", "name") if k in body))
         if operation == "create-queue":
             return {"path": ns.create_queue(str(body["name"]), **props).path}
         if operation == "create-topic":
