@@ -870,7 +870,9 @@ class Server:
                 check_token(str(props.get("authorization", "")), "sb://sbconform/$sbconform", self.keys)
                 status, result = 200, self._control(operation, body)
             else:
-                self._authorize(state, path)
+                # a token for the entity or for its management node ('q/$management', the
+                # JavaScript SDK's audience for management requests) authorizes them
+                self._authorize(state, address)
                 status, result = self._entity_operation(state, path, operation, body)
             reply = {"statusCode": status, "statusDescription": "OK" if status == 200 else "No Content"}
         except ServiceBusError as error:
