@@ -491,3 +491,21 @@ def test_next_available_session_waits_for_the_clients_timeout(server) -> None:
         with c.get_queue_receiver("sessions", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10) as r:
             assert r.session.session_id == "late"  # a session arriving during the wait is taken
         thread.join()
+
+
+def test_python_auto_lock_renewal_keeps_a_short_lock(server) -> None:
+    from azure.servicebus import AutoLockRenewer
+
+    server.call_soon(lambda: server.namespace.create_queue("renewed", lock_duration=2_000))
+    time.sleep(0.2)
+    failures = []
+    with ServiceBusClient.from_connection_string(connection_string(server.port), retry_total=0) as c:
+        with c.get_queue_sender("renewed") as s:
+            s.send_messages(AmqpAnnotatedMessage(data_body=b"no id: the broker assigns one"))
+        renewer = AutoLockRenewer(max_lock_renewal_duration=20, on_lock_renew_failure=lambda m, e: failures.append(e))
+        with c.get_queue_receiver("renewed", max_wait_time=5, auto_lock_renewer=renewer) as r:
+            (m,) = r.receive_messages(1, max_wait_time=5)
+            time.sleep(4.5)  # more than two lock durations
+            r.complete_message(m)  # still held: renewed meanwhile
+        renewer.close()
+    assert failures == []
