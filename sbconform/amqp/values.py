@@ -48,16 +48,26 @@ def _width(code: int, buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     raise WireError(f"unknown AMQP type code 0x{code:02x}")
 
 
+#: size of the values of fixed width, by type code (code byte included)
+_FIXED = {code: 1 + {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}[code >> 4]
+          for code in range(0x40, 0xA0) if code >> 4 in (0x4, 0x5, 0x6, 0x7, 0x8, 0x9)}
+
+
 def skip(buf: bytes | memoryview, pos: int) -> int:
     """The position just after the value starting at ``pos``."""
-    if pos >= len(buf):
+    n = len(buf)
+    if pos >= n:
         raise WireError("truncated value")
     code = buf[pos]
-    if code == 0x00:  # described: descriptor, then the value
+    fixed = _FIXED.get(code)
+    if fixed is not None:
+        end = pos + fixed
+    elif code == 0x00:  # described: descriptor, then the value
         return skip(buf, skip(buf, pos + 1))
-    head, size = _width(code, buf, pos + 1)
-    end = pos + 1 + head + size
-    if end > len(buf):
+    else:
+        head, size = _width(code, buf, pos + 1)
+        end = pos + 1 + head + size
+    if end > n:
         raise WireError("truncated value")
     return end
 
@@ -177,32 +187,37 @@ def _hashable(key: Any) -> Any:
 
 def _items(buf, pos: int) -> list[int]:
     """Positions of the elements of the list or map at ``pos``."""
+    return _bounds(buf, pos)[:-1]
+
+
+def _bounds(buf, pos: int) -> list[int]:
+    """Start of each element of the list or map at ``pos``, then the end of the last."""
     code = buf[pos]
     if code in (0xC0, 0xC1):
         count, first = buf[pos + 2], pos + 3
     elif code in (0xD0, 0xD1):
         count, first = _fixed(">I", buf, pos + 5), pos + 9
     elif code == 0x45:
-        return []
+        return [pos + 1]
     else:
         raise WireError(f"expected a list or map, found code 0x{code:02x}")
     end = skip(buf, pos)
-    out = []
+    out = [first]
     p = first
     for _ in range(count):
         if p >= end:
             raise WireError("a compound value shorter than its count")
-        out.append(p)
         p = skip(buf, p)
+        out.append(p)
+    if p > end:
+        raise WireError("a compound value longer than its size")
     return out
 
 
 def elements(buf, pos: int) -> list[bytes]:
     """The raw encodings of the elements of the list or map at ``pos``."""
-    out = []
-    for p in _items(buf, pos):
-        out.append(bytes(buf[p:skip(buf, p)]))
-    return out
+    b = _bounds(buf, pos)
+    return [bytes(buf[b[i]:b[i + 1]]) for i in range(len(b) - 1)]
 
 
 # ------------------------------------------------------------------ writing
