@@ -46,9 +46,6 @@ ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 COUNTS = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
-ET.register_namespace("", ATOM)
-ET.register_namespace("d2p1", COUNTS)
-ET.register_namespace("i", XSI)
 
 #: largest request body accepted (an entity description is a few kilobytes)
 MAX_BODY = 256 * 1024
@@ -113,6 +110,13 @@ ORDER = {
                      "DeadLetteringOnMessageExpiration", "MessageCount", "MaxDeliveryCount", "EnableBatchedOperations",
                      "Status", "ForwardTo", "CreatedAt", "UpdatedAt", "AccessedAt", "CountDetails", "UserMetadata",
                      "ForwardDeadLetteredMessagesTo", "AutoDeleteOnIdle", "EntityAvailabilityStatus"],
+}
+#: what Service Bus writes for the properties the model has no use for (clients require them)
+SERVICE_DEFAULTS = {
+    "queue": {"IsAnonymousAccessible": False, "SupportOrdering": True, "EnableExpress": False},
+    "topic": {"IsAnonymousAccessible": False, "FilteringMessagesBeforePublishing": False, "SupportOrdering": True,
+              "EnableSubscriptionPartitioning": False, "EnableExpress": False},
+    "subscription": {"DeadLetteringOnFilterEvaluationExceptions": True},
 }
 DESCRIPTION = {"queue": "QueueDescription", "topic": "TopicDescription", "subscription": "SubscriptionDescription"}
 #: what the broker computes: never taken from a request
@@ -292,8 +296,11 @@ class AdminApi:
 
 
 # -------------------------------------------------------------------- XML
-def _el(parent: ET.Element, name: str, text: Any = None, ns: str = SB) -> ET.Element:
-    e = ET.SubElement(parent, f"{{{ns}}}{name}")
+def _el(parent: ET.Element, name: str, text: Any = None, attrib: dict[str, str] | None = None) -> ET.Element:
+    """A child element. Tags are written as Service Bus writes them: a default namespace
+    declared on the ATOM root and again on the description (``xmlns="...connect"``), counts
+    under the ``d2p1`` prefix; the JavaScript SDK's parser reads prefixes literally."""
+    e = ET.SubElement(parent, name, attrib or {})
     if text is not None:
         e.text = text if isinstance(text, str) else ("true" if text is True else "false" if text is False else str(text))
     return e
@@ -327,16 +334,18 @@ def description_xml(found: dict[str, Any], parent: ET.Element, host: str) -> Non
         values["SubscriptionCount"] = found.get("subscription_count", 0)
     for element, text in extras.items():
         values.setdefault(element, text)
-    desc = ET.SubElement(parent, f"{{{SB}}}{DESCRIPTION[kind]}")
+    for element, value in SERVICE_DEFAULTS[kind].items():
+        values.setdefault(element, value)
+    desc = _el(parent, DESCRIPTION[kind], None, {"xmlns": SB, "xmlns:i": XSI})
     for element in ORDER[kind]:
         if element == "CountDetails":
-            counts = _el(desc, "CountDetails")
+            counts = _el(desc, "CountDetails", None, {"xmlns:d2p1": COUNTS})
             active = info.get("active", 0) if kind != "topic" else 0
             dead = info.get("dead_letter", 0) if kind != "topic" else 0
             for name, value in (("ActiveMessageCount", active), ("DeadLetterMessageCount", dead),
                                 ("ScheduledMessageCount", scheduled), ("TransferMessageCount", 0),
                                 ("TransferDeadLetterMessageCount", 0)):
-                _el(counts, name, value, COUNTS)
+                _el(counts, f"d2p1:{name}", value)
         elif element == "AuthorizationRules":
             _el(desc, "AuthorizationRules")
         elif element in values:
@@ -344,58 +353,58 @@ def description_xml(found: dict[str, Any], parent: ET.Element, host: str) -> Non
 
 
 def entry_xml(found: dict[str, Any], host: str) -> bytes:
-    entry = ET.Element(f"{{{ATOM}}}entry")
+    entry = ET.Element("entry", {"xmlns": ATOM})
     _entry_into(entry, found, host)
     return _document(entry)
 
 
 def _entry_into(entry: ET.Element, found: dict[str, Any], host: str) -> None:
     url = f"https://{host}/{found['path']}?api-version={API_VERSION}"
-    _el(entry, "id", url, ATOM)
-    ET.SubElement(entry, f"{{{ATOM}}}title", {"type": "text"}).text = found["path"].rsplit("/", 1)[-1]
-    _el(entry, "published", _utc(found["created"]), ATOM)
-    _el(entry, "updated", _utc(found["updated"]), ATOM)
-    author = _el(entry, "author", None, ATOM)
-    _el(author, "name", host.split(":")[0], ATOM)
-    ET.SubElement(entry, f"{{{ATOM}}}link", {"rel": "self", "href": url})
-    content = ET.SubElement(entry, f"{{{ATOM}}}content", {"type": "application/xml"})
+    _el(entry, "id", url)
+    _el(entry, "title", None, {"type": "text"}).text = found["path"].rsplit("/", 1)[-1]
+    _el(entry, "published", _utc(found["created"]))
+    _el(entry, "updated", _utc(found["updated"]))
+    author = _el(entry, "author", None)
+    _el(author, "name", host.split(":")[0])
+    _el(entry, "link", None, {"rel": "self", "href": url})
+    content = _el(entry, "content", None, {"type": "application/xml"})
     description_xml(found, content, host)
 
 
 def feed_xml(title: str, items: list[dict[str, Any]], host: str, path: str, skip: int, top: int, more: bool) -> bytes:
-    feed = ET.Element(f"{{{ATOM}}}feed")
-    ET.SubElement(feed, f"{{{ATOM}}}title", {"type": "text"}).text = title
-    _el(feed, "id", f"https://{host}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}", ATOM)
-    _el(feed, "updated", _utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)), ATOM)
-    ET.SubElement(feed, f"{{{ATOM}}}link", {"rel": "self", "href": f"https://{host}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}"})
+    feed = ET.Element("feed", {"xmlns": ATOM})
+    _el(feed, "title", None, {"type": "text"}).text = title
+    _el(feed, "id", f"https://{host}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}")
+    _el(feed, "updated", _utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)))
+    _el(feed, "link", None, {"rel": "self", "href": f"https://{host}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}"})
     if more:  # the SDK pages while a feed has a second link
-        ET.SubElement(feed, f"{{{ATOM}}}link", {"rel": "next", "href": f"https://{host}/{path}?$skip={skip + top}&$top={top}&api-version={API_VERSION}"})
+        _el(feed, "link", None, {"rel": "next", "href": f"https://{host}/{path}?$skip={skip + top}&$top={top}&api-version={API_VERSION}"})
     for found in items:
-        _entry_into(_el(feed, "entry", None, ATOM), found, host)
+        _entry_into(_el(feed, "entry"), found, host)
     return _document(feed)
 
 
 def empty_feed() -> bytes:
     """What Service Bus answers a GET of an entity that does not exist: 200 and no entry."""
-    feed = ET.Element(f"{{{ATOM}}}feed")
-    ET.SubElement(feed, f"{{{ATOM}}}title", {"type": "text"}).text = "Publicly Listed Services"
-    ET.SubElement(feed, f"{{{ATOM}}}subtitle", {"type": "text"}).text = "This is the list of publicly-listed services currently available."
-    _el(feed, "id", f"uuid:{uuid.uuid4()};id=1", ATOM)
-    _el(feed, "updated", _utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)), ATOM)
-    _el(feed, "generator", "Service Bus 1.1", ATOM)
+    feed = ET.Element("feed", {"xmlns": ATOM})
+    _el(feed, "title", None, {"type": "text"}).text = "Publicly Listed Services"
+    _el(feed, "subtitle", None, {"type": "text"}).text = "This is the list of publicly-listed services currently available."
+    _el(feed, "id", f"uuid:{uuid.uuid4()};id=1")
+    _el(feed, "updated", _utc(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)))
+    _el(feed, "generator", "Service Bus 1.1")
     return _document(feed)
 
 
 def namespace_xml(info: dict[str, Any], host: str) -> bytes:
-    entry = ET.Element(f"{{{ATOM}}}entry")
-    _el(entry, "id", f"https://{host}/$namespaceinfo?api-version={API_VERSION}", ATOM)
-    ET.SubElement(entry, f"{{{ATOM}}}title", {"type": "text"}).text = info["name"]
-    _el(entry, "updated", _utc(info["created"]), ATOM)
-    author = _el(entry, "author", None, ATOM)
-    _el(author, "name", info["name"], ATOM)
-    ET.SubElement(entry, f"{{{ATOM}}}link", {"rel": "self", "href": f"https://{host}/$namespaceinfo?api-version={API_VERSION}"})
-    content = ET.SubElement(entry, f"{{{ATOM}}}content", {"type": "application/xml"})
-    ni = _el(content, "NamespaceInfo")
+    entry = ET.Element("entry", {"xmlns": ATOM})
+    _el(entry, "id", f"https://{host}/$namespaceinfo?api-version={API_VERSION}")
+    _el(entry, "title", None, {"type": "text"}).text = info["name"]
+    _el(entry, "updated", _utc(info["created"]))
+    author = _el(entry, "author", None)
+    _el(author, "name", info["name"])
+    _el(entry, "link", None, {"rel": "self", "href": f"https://{host}/$namespaceinfo?api-version={API_VERSION}"})
+    content = _el(entry, "content", None, {"type": "application/xml"})
+    ni = _el(content, "NamespaceInfo", None, {"xmlns": SB, "xmlns:i": XSI})
     _el(ni, "CreatedTime", _utc(info["created"]))
     _el(ni, "MessagingSKU", info["sku"].capitalize())
     if info["sku"].lower() == "premium":
@@ -562,11 +571,15 @@ class AdminHttp:
         path = unquote(url.path).strip("/")
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         host = headers.get("Host") or f"localhost:{self.port}"
+        token = headers.get("Authorization") or ""
         try:
-            check_token(headers.get("Authorization") or "", f"sb://{host}/{path}", self.server.keys)
+            check_token(token, f"sb://{host}/{path}", self.server.keys)
         except TokenError as error:
-            log.info("http %s /%s refused: %s", method, path, error)
-            raise HttpError(401, f"Unauthorized: {error}") from None
+            try:  # the JavaScript SDK signs the request's whole URL, query included
+                check_token(token, f"sb://{host}{target}", self.server.keys)
+            except TokenError:
+                log.info("http %s /%s refused: %s", method, path, error)
+                raise HttpError(401, f"Unauthorized: {error}") from None
         try:
             return self._route(method, path, query, headers, body, host)
         except ServiceBusError as error:
