@@ -40,9 +40,6 @@ class Message:
     to: str | None = None
     reply_to: str | None = None
     application_properties: Mapping[str, Any] = field(default_factory=dict)
-    #: what a transport carried beside these fields, opaque to the model and passed through
-    #: untouched (sbconform/amqp/codec.py keeps the sender's AMQP sections here)
-    wire: Any = field(default=None, compare=False, repr=False)
     _size: int = field(default=-1, init=False, repr=False, compare=False)
 
     def with_changes(self, **changes: Any) -> "Message":

@@ -509,3 +509,53 @@ def test_python_auto_lock_renewal_keeps_a_short_lock(server) -> None:
             r.complete_message(m)  # still held: renewed meanwhile
         renewer.close()
     assert failures == []
+
+
+def _disposition(client: RawClient, path: str, token: uuid.UUID) -> dict:
+    client.authorize(path)
+    replies = client.conn.create_receiver(f"{path}/$management", credit=1)
+    sender = client.conn.create_sender(f"{path}/$management")
+    request = Message(body={"disposition-status": "completed", "lock-tokens": Array(0, Data.UUID, token)},
+                      properties={"operation": "com.microsoft:update-disposition"})
+    request.id = uuid.uuid4()
+    request.reply_to = f"{path}/$management"
+    sender.send(request)
+    answer = replies.receive(timeout=10)
+    assert answer.correlation_id == request.id
+    sender.close()
+    replies.close()
+    return answer.properties
+
+
+def test_settlement_by_lock_token_through_management_links(server, raw: RawClient) -> None:
+    """Any management link of the connection holding the lock settles it by token (the
+    JavaScript SDK shares one connection among its receivers); another connection's request
+    is refused with message-lock-lost (SETTLE-LOCK-011; spec/wire.md, open questions)."""
+    for i in range(2):
+        m = Message(body=b"x", inferred=True)
+        m.id = f"held-{i}"
+        raw.send("sections", m)
+    raw.authorize("sections")
+    fetcher = RawFetcher(raw.conn, 2)
+    link = raw.conn.container.create_receiver(raw.conn.conn, "sections", handler=fetcher)
+    receiver = BlockingReceiver(raw.conn, link, fetcher, credit=2)
+    tokens = []
+    for _ in range(2):
+        receiver.receive(timeout=10)
+        tokens.append(uuid.UUID(bytes_le=_raw_tag(fetcher.unsettled[-1])))  # the delivery tag is the lock token
+    other = RawClient(server.port)
+    try:
+        refused = _disposition(other, "sections", tokens[0])
+        assert refused["statusCode"] == 410 and refused["errorCondition"] == "com.microsoft:message-lock-lost"
+    finally:
+        other.close()
+    assert _disposition(raw, "sections", tokens[0])["statusCode"] == 200
+    assert _disposition(raw, "sections", tokens[1])["statusCode"] == 200
+    receiver.close()
+
+
+def _raw_tag(delivery) -> bytes:
+    from cproton import bytes2pybytes
+    from cproton_ffi import lib
+
+    return bytes2pybytes(lib.pn_delivery_tag(delivery._impl))

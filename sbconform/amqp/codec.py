@@ -5,7 +5,7 @@ Errors: ``CONDITIONS`` (model error code -> AMQP error condition), ``code_of_con
 error). The server writes with them; the SDK target reads with them.
 
 Messages: ``decode(data)`` turns an encoded AMQP message into the model's ``Message``,
-and keeps, in ``Message.wire`` (an ``Envelope``), every section the broker does not own
+and keeps, in ``WireMessage.wire`` (an ``Envelope``; a ``Message`` subclass, so the model is untouched), every section the broker does not own
 exactly as the sender encoded it: the header's durable and priority fields, delivery
 annotations, the sender's message annotations, the properties list, the application
 properties, the body sections (data, amqp-sequence, amqp-value, or none at all) and the
@@ -20,7 +20,7 @@ sender set none. ``spec/wire.md`` gives the source of each of these facts.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reference import NEVER, ErrorCode
@@ -143,6 +143,14 @@ class Envelope:
     footer: bytes = b""  # the whole section, or nothing
 
 
+@dataclass(frozen=True, slots=True)
+class WireMessage(ModelMessage):
+    """The model's message with the envelope it came in (the model sees a plain ``Message``;
+    its ``with_changes`` keeps the envelope)."""
+
+    wire: Envelope | None = field(default=None, compare=False, repr=False)
+
+
 def sections(data: bytes | memoryview) -> list[tuple[int, int, int, int]]:
     """(section code, start, start of its value, end) of each section of an encoded message."""
     out = []
@@ -254,7 +262,7 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
         application=None if application is None else tuple(application), application_section=application_section,
         body=b"".join(body_parts), footer=footer,
     )
-    return ModelMessage(
+    return WireMessage(
         body=b"".join(model_body),
         message_id=message_id,
         session_id=text(GROUP_ID) or None,
@@ -290,7 +298,8 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     """A delivery (``reference.Delivery``) as Service Bus sends it to a receiver or a peek.
     ``lock_token``: the message is delivered under a lock (peeks carry no locked-until)."""
     m = d.message
-    env: Envelope = m.wire if isinstance(m.wire, Envelope) else _envelope_of(m, epoch_ms)
+    wire = getattr(m, "wire", None)
+    env: Envelope = wire if isinstance(wire, Envelope) else _envelope_of(m, epoch_ms)
     # the effective time to live (the entity's default caps the message's: SETTLE-TTL-001)
     ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
     out = [header(env.durable, env.priority, ttl, max(d.delivery_count - 1, 0))]
@@ -328,7 +337,7 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
         app = [raw for key, raw in (env.application or ()) if key not in extra]
         app += [v.string(k) + v.string(x) for k, x in extra.items()]
         out.append(v.described(APPLICATION_PROPERTIES, v.map_entries(app)))
-    out.append(env.body if env.body or m.wire is not None else v.described(DATA, v.binary(m.body)))
+    out.append(env.body if env.body or wire is not None else v.described(DATA, v.binary(m.body)))
     if env.footer:
         out.append(env.footer)
     return b"".join(out)
