@@ -306,3 +306,25 @@ def test_serve_without_config_has_the_emulators_entities_and_logs(tmp_path) -> N
         assert not any("Traceback" in line for line in lines), lines
     finally:
         stop_process(process)
+
+
+def test_a_flood_of_connections_is_bounded_and_the_api_keeps_serving(broker, admin) -> None:
+    import socket
+
+    _, http = broker
+    socks = []
+    for _ in range(100):  # more than MAX_CLIENTS, each sending half a request
+        s = socket.create_connection(("127.0.0.1", http.port), timeout=5)
+        s.sendall(b"GET /$namespaceinfo HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    for s in socks:
+        s.close()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert admin.get_namespace_properties().name
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -49,6 +49,8 @@ XSI = "http://www.w3.org/2001/XMLSchema-instance"
 
 #: largest request body accepted (an entity description is a few kilobytes)
 MAX_BODY = 256 * 1024
+#: connections served at once (each has a thread)
+MAX_CLIENTS = 64
 #: how long a request waits for the model's answer
 CALL_TIMEOUT = 30.0
 API_VERSION = "2021-05"
@@ -522,6 +524,34 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(error.status, error_xml(error.status, error.detail), "application/xml;charset=utf-8")
         except ValueError as error:
             self._send(400, error_xml(400, str(error)), "application/xml;charset=utf-8")
+        except OSError:
+            self.close_connection = True  # the client went away
+        except Exception as error:  # never a traceback for one bad request: a 500 and one line
+            log.error("http %s %s failed: %s: %s", method, self.path[:200], type(error).__name__, error)
+            self._send(500, error_xml(500, "the broker failed to handle the request"), "application/xml;charset=utf-8")
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """At most ``MAX_CLIENTS`` connections served at once; more are closed at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(address, _Handler)
+        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("http: more than %d connections at once, refusing %s", MAX_CLIENTS, client_address)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class AdminHttp:
@@ -530,8 +560,7 @@ class AdminHttp:
     def __init__(self, server: Any, host: str = "127.0.0.1", port: int = 5300) -> None:
         self.server = server
         self.api = AdminApi(server)
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _BoundedServer((host, port))
         self.httpd.admin = self  # type: ignore[attr-defined]
         self.port = self.httpd.server_address[1]
         self.thread: threading.Thread | None = None
