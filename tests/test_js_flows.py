@@ -27,7 +27,7 @@ JS = Path(__file__).resolve().parents[1] / "clients" / "js"
 
 QUEUES = {
     "js-send": {}, "js-batch": {}, "js-schedule": {}, "js-rad": {}, "js-settle": {}, "js-defer": {},
-    "js-renew": {"LockDuration": "PT2S"}, "js-sessions": {"RequiresSession": True},
+    "js-renew": {"LockDuration": "PT5S"}, "js-sessions": {"RequiresSession": True},
     "js-empty-sessions": {"RequiresSession": True}, "js-dup": {"RequiresDuplicateDetection": True}, "js-errors": {},
 }
 CONFIG = {"UserConfig": {"Namespaces": [{

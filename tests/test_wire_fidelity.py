@@ -496,7 +496,8 @@ def test_next_available_session_waits_for_the_clients_timeout(server) -> None:
 def test_python_auto_lock_renewal_keeps_a_short_lock(server) -> None:
     from azure.servicebus import AutoLockRenewer
 
-    server.call_soon(lambda: server.namespace.create_queue("renewed", lock_duration=2_000))
+    # a 5 s lock: the renewer polls every 0.5 s, so only a stall of 5 s (not mere load) loses it
+    server.call_soon(lambda: server.namespace.create_queue("renewed", lock_duration=5_000))
     time.sleep(0.2)
     failures = []
     with ServiceBusClient.from_connection_string(connection_string(server.port), retry_total=0) as c:
@@ -505,7 +506,7 @@ def test_python_auto_lock_renewal_keeps_a_short_lock(server) -> None:
         renewer = AutoLockRenewer(max_lock_renewal_duration=20, on_lock_renew_failure=lambda m, e: failures.append(e))
         with c.get_queue_receiver("renewed", max_wait_time=5, auto_lock_renewer=renewer) as r:
             (m,) = r.receive_messages(1, max_wait_time=5)
-            time.sleep(4.5)  # more than two lock durations
+            time.sleep(10.5)  # more than two lock durations
             r.complete_message(m)  # still held: renewed meanwhile
         renewer.close()
     assert failures == []

@@ -140,7 +140,7 @@ test("renew lock, and auto lock renewal of a message without a MessageId", async
       {
         processMessage: async (msg) => {
           assert.ok(msg.messageId, "the broker assigns a MessageId");
-          await sleep(3000); // longer than the 2 s lock: renewed meanwhile
+          await sleep(11000); // more than two 5 s locks: renewed meanwhile
           sub.close().then(() => resolve(msg));
         },
         processError: async (args) => { errors.push(args.error); },
