@@ -21,7 +21,10 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue  # noqa: E402
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader  # noqa: E402
-from proton import Array, Data, Described, Message, char, decimal32, symbol, timestamp, ubyte, uint, ulong, ushort  # noqa: E402
+from proton import (  # noqa: E402
+    Array, Data, Described, Message, byte, char, decimal32, decimal64, decimal128, int32, short, symbol, timestamp, ubyte, uint,
+    ulong, ushort,
+)
 from proton.reactor import AtLeastOnce  # noqa: E402
 from proton._utils import Fetcher  # noqa: E402  (the blocking receiver's handler, subclassed to keep raw bytes)
 from proton.utils import BlockingConnection, BlockingReceiver, SyncRequestResponse  # noqa: E402
@@ -140,7 +143,9 @@ def _full_message() -> bytes:
         "ulong": ulong(1), "uint": uint(2), "ushort": ushort(3), "ubyte": ubyte(4), "char": char("c"),
         "decimal": decimal32(5), "symbol": symbol("sym"), "binary": b"\x00\x01", "uuid": uuid.UUID(int=7),
         "ts": timestamp(1_700_000_000_000), "float": 1.5, "none": None, "bool": True, "array": Array(0, Data.INT, 1, 2),
-        "described": Described(symbol("d"), "x"),
+        "described": Described(symbol("d"), "x"), "byte": byte(-5), "short": short(-300), "int": int32(-70000),
+        "long": -(2**40), "double": 2.5e300, "decimal64": decimal64(6), "decimal128": decimal128(b"\x01" * 16),
+        "string": "unicode \u00e9\u4e2d",
     }
     footer = values.described(codec.FOOTER, values.map_entries([values.symbol("x-footer") + values.binary(b"sig")]))
     return m.encode() + footer
