@@ -565,3 +565,26 @@ def _raw_tag(delivery) -> bytes:
     from cproton_ffi import lib
 
     return bytes2pybytes(lib.pn_delivery_tag(delivery._impl))
+
+
+def test_any_mutation_of_a_message_decodes_or_is_a_wire_error() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    sent = _full_message()
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, len(sent) - 1), st.integers(0, 255)), min_size=1, max_size=4),
+           st.integers(0, len(sent)))
+    def check(flips, cut) -> None:
+        data = bytearray(sent[:cut] if cut % 3 == 0 else sent)
+        for at, value in flips:
+            if at < len(data):
+                data[at] = value
+        try:
+            m = codec.decode(bytes(data), 0)
+        except values.WireError:
+            return
+        assert isinstance(m, codec.WireMessage)
+
+    check()

@@ -19,6 +19,7 @@ sender set none. ``spec/wire.md`` gives the source of each of these facts.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,7 +191,17 @@ def _text(kind: str, value: Any) -> str | None:
 
 def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = True) -> ModelMessage:
     """The model's message for an encoded AMQP message; ``epoch_ms``: the model's time 0 in
-    epoch milliseconds. Without a message-id, the broker assigns one (``assign_message_id``)."""
+    epoch milliseconds. Without a message-id, the broker assigns one (``assign_message_id``).
+    Whatever is wrong with the bytes, the error is a ``WireError``."""
+    try:
+        return _decode(data, epoch_ms, assign_message_id)
+    except WireError:
+        raise
+    except (IndexError, ValueError, TypeError, OverflowError, struct.error, UnicodeDecodeError) as error:
+        raise WireError(f"malformed message: {type(error).__name__}: {error}") from None
+
+
+def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) -> ModelMessage:
     data = memoryview(data) if not isinstance(data, memoryview) else data
     durable, priority = b"\x42", b"\x40"
     ttl = None
@@ -208,8 +219,12 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
             raw = v.elements(data, at) if data[at] != 0x45 else []
             if len(raw) > 0:
                 durable = raw[0]
+                if durable[0] not in (0x40, 0x41, 0x42, 0x56):
+                    raise WireError("header: durable is not a boolean")
             if len(raw) > 1:
                 priority = raw[1]
+                if priority[0] not in (0x40, 0x50):
+                    raise WireError("header: priority is not a ubyte")
             if len(raw) > 2:
                 ttl = read(raw[2], 0)[0] or None
         elif code == DELIVERY_ANNOTATIONS:
