@@ -329,3 +329,12 @@ def test_a_flood_of_connections_is_bounded_and_the_api_keeps_serving(broker, adm
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@pytest.mark.parametrize("path", ["/-starts-with-hyphen", "/ends.", "/has%20space", "/" + "x" * 261,
+                                  "/t/subscriptions/" + "s" * 51, "/t/subscriptions/bad*name"])
+def test_invalid_entity_names_are_refused(broker, path: str) -> None:
+    _, http = broker
+    body = b"<entry xmlns='http://www.w3.org/2005/Atom'><content type='application/xml'><QueueDescription/></content></entry>"
+    status, answer = raw(http, "PUT", path + "?api-version=2021-05", body=body)
+    assert status == 400 and b"not a valid entity name" in answer

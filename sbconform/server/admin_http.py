@@ -25,6 +25,7 @@ made on the HTTP thread. Rules are not served yet (501): the model has none.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -328,12 +329,26 @@ class AdminHttp:
             self.call(lambda: self.api.delete(entity_path))
             return 200, b""
         if method == "PUT":
+            _check_names(parts)
             kind = "subscription" if len(parts) == 3 else _put_kind(body)
             props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
             if (headers.get("If-Match") or "").strip():
                 return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
             return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras)), host)
         raise HttpError(405, f"{method} is not supported on '/{path}'")
+
+
+#: an entity name: letters, digits, periods, hyphens and underscores, starting and ending with a
+#: letter or digit (service-bus-quotas / "Create queue": names up to 260 characters, subscriptions 50)
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def _check_names(parts: list[str]) -> None:
+    names = [(parts[0], 260)] + ([(parts[2], 50)] if len(parts) == 3 else [])
+    for name, longest in names:
+        if len(name) > longest or not _NAME.match(name):
+            raise HttpError(400, f"'{name[:80]}' is not a valid entity name: letters, digits, '.', '-' and '_', "
+                                 f"starting and ending with a letter or digit, at most {longest} characters")
 
 
 def _int(text: str, name: str) -> int:
