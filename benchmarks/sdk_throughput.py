@@ -79,6 +79,10 @@ def main() -> int:
     print(f"sent {args.messages} in {send_done - start:.2f} s, received and completed in {elapsed - (send_done - start):.2f} s")
     print(f"client CPU {client_cpu:.2f} s ({client_cpu / args.messages * 1e6:.0f} us/msg), "
           f"server CPU {server_cpu:.2f} s ({server_cpu / args.messages * 1e6:.0f} us/msg)")
+    # msgs_per_s is wall-clock: on a machine shared with other work it falls while the CPU per
+    # message does not; this line says how much of the wall time the two processes got
+    print(f"client+server CPU {(client_cpu + server_cpu) / elapsed:.2f} of the wall time; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"msgs_per_s={rate:.0f} server_cpu_over_client_cpu={server_cpu / client_cpu:.2f}")
     return 0
 

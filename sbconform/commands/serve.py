@@ -18,18 +18,32 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"sbconform serve: {error}", file=sys.stderr)
         return 2
+    defaults = args.config is None and _default_entities(config)
+    _logging(args, config)
     server = Server(config, args.host, args.port)
     try:
         port = server.start()
     except OSError as error:
         print(f"sbconform serve: cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
         return 2
+    http_port = args.http_port if args.http_port is not None else (0 if args.port == 0 else 5300)
+    management = ""
+    if http_port >= 0:
+        from ..server.admin_http import AdminHttp
+
+        try:
+            admin = AdminHttp(server, args.host, http_port)
+        except OSError as error:
+            print(f"sbconform serve: cannot serve the management API on {args.host}:{http_port}: {error.strerror}", file=sys.stderr)
+            return 2
+        management = f"; management API on http://{args.host}:{admin.start()}"
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     key_name, key = next(iter(config.keys.items()))
     print(
         f"sbconform serve: listening on {args.host}:{port} "
-        f"(namespace {config.namespace_name}, {len(config.queues)} queues, {len(config.topics)} topics)\n"
+        f"(namespace {config.namespace_name}, {len(config.queues)} queues, {len(config.topics)} topics"
+        f"{' by default: queue.1, topic.1 with subscription.1' if defaults else ''}){management}\n"
         f"  Endpoint=sb://localhost:{port};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true;",
         flush=True,
     )
@@ -42,4 +56,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5672, help="0 picks a free port (printed on the first line)")
     p.add_argument("--config", default=None, help="entities, in the schema of Microsoft's emulator (Config.json)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="the management REST API (ServiceBusAdministrationClient); default 5300 (0 with --port 0: a free port); -1: none")
+    p.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
+                   help="connections, refused tokens and entity changes are logged at info (default: warning, or info when the config's Logging asks for it)")
     p.set_defaults(func=run)
+
+
+def _default_entities(config) -> bool:
+    """Without a config, the entities Microsoft's emulator ships with (its default Config.json)."""
+    if config.queues or config.topics:
+        return False
+    config.queues.append(("queue.1", {}))
+    config.topics.append(("topic.1", {}, [("subscription.1", {})]))
+    return True
+
+
+def _logging(args: argparse.Namespace, config) -> None:
+    """``--log-level``, else the config's ``UserConfig.Logging.Type`` (``Console``: info on stderr;
+    ``File``: info in ``sbconform-serve.log`` beside the config), else warnings only."""
+    import json
+    import logging
+    from pathlib import Path
+
+    kind = None
+    if args.config is not None:
+        try:
+            data = json.loads(Path(args.config).read_text(encoding="utf-8"))
+            kind = str(((data.get("UserConfig") or {}).get("Logging") or {}).get("Type", "")).lower() or None
+        except (OSError, ValueError, AttributeError):
+            kind = None  # load_config has already judged the file
+    level = getattr(logging, (args.log_level or ("info" if kind else "warning")).upper())
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    if kind == "file":
+        handler = logging.FileHandler(Path(args.config).resolve().parent / "sbconform-serve.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("sbconform.serve")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False

@@ -51,12 +51,14 @@ from proton import (
     ulong,
 )
 from proton import UNDESCRIBED
+from proton import int32
 
 from reference import NEVER, PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
 from reference import Message as ModelMessage
 from reference.entity import Topic
 from reference.partitioning import PartitionedTopic
 
+from ..amqp import codec
 from . import coordinator
 from .config import Config
 from .rules import rule_operation
@@ -65,41 +67,9 @@ from .wire import BATCH_FORMAT, FrameScanner, WireError, data_sections, skip
 
 log = logging.getLogger("sbconform.serve")
 
-#: model error code -> AMQP error condition (as the SDK maps them back)
-CONDITIONS = {
-    ErrorCode.ENTITY_NOT_FOUND: "amqp:not-found",
-    ErrorCode.ENTITY_ALREADY_EXISTS: "com.microsoft:entity-already-exists",
-    ErrorCode.MESSAGE_LOCK_LOST: "com.microsoft:message-lock-lost",
-    ErrorCode.SESSION_LOCK_LOST: "com.microsoft:session-lock-lost",
-    ErrorCode.SESSION_CANNOT_BE_LOCKED: "com.microsoft:session-cannot-be-locked",
-    ErrorCode.MESSAGE_NOT_FOUND: "com.microsoft:message-not-found",
-    ErrorCode.MESSAGE_SIZE_EXCEEDED: "amqp:link:message-size-exceeded",
-    ErrorCode.QUOTA_EXCEEDED: "amqp:resource-limit-exceeded",
-    ErrorCode.INVALID_OPERATION: "amqp:not-allowed",
-    ErrorCode.ARGUMENT_ERROR: "com.microsoft:argument-error",
-    ErrorCode.TIMEOUT: "com.microsoft:timeout",
-    ErrorCode.SERVER_BUSY: "com.microsoft:server-busy",
-    ErrorCode.ENTITY_UNAVAILABLE: "com.microsoft:entity-disabled",
-    ErrorCode.UNAUTHORIZED: "amqp:unauthorized-access",
-    ErrorCode.CONNECTION_LOST: "amqp:connection:forced",
-    ErrorCode.TRANSACTION_UNKNOWN: "amqp:transaction:unknown-id",
-    ErrorCode.TRANSACTION_ROLLBACK: "amqp:transaction:rollback",
-    ErrorCode.TRANSACTION_TIMEOUT: "amqp:transaction:timeout",
-}
-#: management status codes per error
-STATUS = {
-    ErrorCode.ENTITY_NOT_FOUND: 404,
-    ErrorCode.MESSAGE_NOT_FOUND: 404,
-    ErrorCode.MESSAGE_LOCK_LOST: 410,
-    ErrorCode.SESSION_LOCK_LOST: 410,
-    ErrorCode.SESSION_CANNOT_BE_LOCKED: 409,
-    ErrorCode.ENTITY_ALREADY_EXISTS: 409,
-    ErrorCode.UNAUTHORIZED: 401,
-    ErrorCode.QUOTA_EXCEEDED: 403,
-    ErrorCode.TIMEOUT: 408,
-    ErrorCode.SERVER_BUSY: 503,
-    ErrorCode.ENTITY_UNAVAILABLE: 503,
-}
+#: the one mapping of errors, in sbconform/amqp/codec.py
+CONDITIONS = codec.CONDITIONS
+STATUS = codec.STATUS
 
 A = symbol
 X_SEQ = A("x-opt-sequence-number")
@@ -113,6 +83,13 @@ SESSION_FILTER = A("com.microsoft:session-filter")
 LOCKED_UNTIL_UTC = A("com.microsoft:locked-until-utc")
 ATTACH_TIMEOUT = A("com.microsoft:timeout")
 RECEIVER_NAME = A("com.microsoft:receiver-name")
+TRACKING_ID = A("com.microsoft:tracking-id")
+ENTITY_TYPE = A("com.microsoft:entity-type")
+#: .NET's MessagingEntityType: Queue 0, Topic 1, Subscriber 2
+ENTITY_TYPES = {"queue": 0, "topic": 1, "subscription": 2}
+#: how long a next-available-session attach waits when the client names no timeout: the
+#: service's default operation timeout (the Python SDK itself waits 65 s for the ATTACH)
+SESSION_WAIT_MS = 60_000
 DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
 
 #: credit the server keeps granted to each sending client
@@ -303,6 +280,7 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             state = ConnState(sock, self.namespace.connect())
             self.conns[sock.fileno()] = state
+            log.info("connection %d from %s:%s", state.model_conn, *_addr[:2])
             self.selector.register(sock, selectors.EVENT_READ, state)
 
     def _io(self, state: ConnState, mask: int) -> None:
@@ -380,6 +358,7 @@ class Server:
         if state.closed:
             return
         state.closed = True
+        log.info("connection %d closed%s", state.model_conn, "" if state.clean_close else " without CLOSE (its locks are lost)")
         self.namespace.open_connections.discard(state.model_conn)
         self.namespace.transactions.drop_connection(state.model_conn)  # TXN-CONN-001: undischarged work is gone
         for r in state.receivers:
@@ -562,9 +541,7 @@ class Server:
             except ServiceBusError as error:
                 self._refuse(link, error)
                 return
-            # No max-message-size on the link (the SDK then allows 1 MiB): the entity's own
-            # limit is the model's, and a message over it is rejected with
-            # amqp:link:message-size-exceeded, details and tracking id included.
+            self._link_properties(link, address)
             link.open()
             link.flow(SEND_CREDIT)
             return
@@ -594,10 +571,12 @@ class Server:
         r = Receiving(link, state, address, mode)
         r.address = source_address or ""
         link.receiving = r
+        self._link_properties(link, address)
         wants, session_id = self._session_filter(remote_source)
         if wants or store.requires_session and wants:
             r.wants_session = True
-            timeout_ms = 0
+            # The client's operation timeout, else the service's default (spec/wire.md 4)
+            timeout_ms = SESSION_WAIT_MS
             props = link.remote_properties or {}
             if props.get(ATTACH_TIMEOUT) is not None:
                 timeout_ms = int(props[ATTACH_TIMEOUT])
@@ -648,7 +627,7 @@ class Server:
         link.source.filter.put_symbol(SESSION_FILTER)
         link.source.filter.put_string(sid)
         link.source.filter.exit()
-        link.properties = {LOCKED_UNTIL_UTC: (self.clock.epoch_ms + locked_until) * 10_000 + DOTNET_EPOCH_TICKS}
+        link.properties = {**(link.properties or {}), LOCKED_UNTIL_UTC: (self.clock.epoch_ms + locked_until) * 10_000 + DOTNET_EPOCH_TICKS}
         link.open()
         r.conn.receivers.append(r)
         return True
@@ -661,6 +640,20 @@ class Server:
                 still.append(r)
         state.pending_sessions = still
         self._flush(state)
+
+    def _link_properties(self, link: Link, path: str) -> None:
+        """What Service Bus says on an entity link's ATTACH (spec/wire.md 4): the entity's
+        max-message-size (256 KB Standard, the entity's own up to 100 MB on Premium), a
+        tracking id, and the entity type."""
+        entity = self.namespace.entities.get(path.split("/", 1)[0].lower())
+        if entity is None:
+            return
+        link.max_message_size = entity.description.max_message_size
+        kind = "subscription" if "/subscriptions/" in path.lower() else entity.kind
+        link.properties = {
+            TRACKING_ID: str(uuid.uuid4()),
+            ENTITY_TYPE: int32(ENTITY_TYPES.get(kind, 0)),
+        }
 
     def _refuse(self, link: Link, error: ServiceBusError) -> None:
         """ATTACH with a null terminus, then DETACH with the error."""
@@ -800,54 +793,7 @@ class Server:
         dlv.settle()
 
     def _encode(self, d: Any, lock_token: bool = True) -> bytes:
-        m = d.message
-        epoch = self.clock.epoch_ms
-        msg = Message()
-        msg.inferred = True
-        msg.body = m.body
-        if m.message_id is not None:
-            msg.id = m.message_id
-        if m.session_id is not None:
-            msg.group_id = m.session_id
-        if m.content_type is not None:
-            msg.content_type = A(m.content_type)
-        if m.correlation_id is not None:
-            msg.correlation_id = m.correlation_id
-        if m.subject is not None:
-            msg.subject = m.subject
-        if m.to is not None:
-            msg.address = m.to
-        if m.reply_to is not None:
-            msg.reply_to = m.reply_to
-        if m.reply_to_session_id is not None:
-            msg.reply_to_group_id = m.reply_to_session_id
-        # the effective time to live (the entity default caps the message's: SETTLE-TTL-001)
-        ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
-        annotations = {
-            X_SEQ: d.sequence_number,
-            X_ENQ: timestamp(epoch + d.enqueued_time),
-        }
-        if d.locked_until is not None and lock_token:
-            annotations[X_LOCKED] = timestamp(epoch + d.locked_until)
-        if m.partition_key is not None:
-            annotations[X_PKEY] = m.partition_key
-        if m.scheduled_enqueue_time is not None:
-            annotations[X_SCHED] = timestamp(epoch + m.scheduled_enqueue_time)
-        state = str(d.state)
-        if state == "deferred":
-            annotations[X_STATE] = 1
-        elif state == "scheduled":
-            annotations[X_STATE] = 2
-        if d.dead_letter_source is not None:
-            annotations[X_DLSOURCE] = d.dead_letter_source
-        msg.annotations = annotations
-        props = d.application_properties
-        if props:
-            msg.properties = props
-        encoded = msg.encode()
-        if encoded[:3] == b"\x00\x53\x70":  # proton's own (empty) header: ours replaces it
-            encoded = encoded[skip(encoded, 3):]
-        return _header(ttl, max(d.delivery_count - 1, 0)) + encoded
+        return codec.encode(d, self.clock.epoch_ms, lock_token)
 
     # ---------------------------------------------------------------- send
     def _incoming(self, state: ConnState, link: Link, dlv: Delivery) -> None:
@@ -913,44 +859,7 @@ class Server:
         dlv.settle()
 
     def _decode(self, data: bytes) -> ModelMessage:
-        msg = Message()
-        msg.decode(data)
-        return self._model_message(msg)
-
-    def _model_message(self, msg: Message) -> ModelMessage:
-        body = msg.body
-        if body is None:
-            body = b""
-        elif isinstance(body, str):
-            body = body.encode("utf-8")
-        elif isinstance(body, memoryview):
-            body = bytes(body)
-        elif not isinstance(body, bytes):
-            body = repr(body).encode()
-        ann = msg.annotations or {}
-        scheduled = ann.get(X_SCHED)
-        if scheduled is not None:
-            scheduled = int(scheduled.timestamp() * 1000) if hasattr(scheduled, "timestamp") else int(scheduled)
-            scheduled -= self.clock.epoch_ms
-        pkey = ann.get(X_PKEY)
-        ttl = msg.ttl
-        mid = msg.id
-        corr = msg.correlation_id
-        return ModelMessage(
-            body=body,
-            message_id=None if mid is None else str(mid),
-            session_id=msg.group_id or None,
-            partition_key=None if pkey is None else str(pkey),
-            time_to_live=round(ttl * 1000) if ttl else None,
-            scheduled_enqueue_time=scheduled,
-            content_type=None if msg.content_type is None else str(msg.content_type) or None,
-            correlation_id=None if corr is None else str(corr),
-            subject=msg.subject,
-            to=msg.address,
-            reply_to=msg.reply_to,
-            reply_to_session_id=msg.reply_to_group_id or None,
-            application_properties=dict(msg.properties or {}),
-        )
+        return codec.decode(data, self.clock.epoch_ms)
 
     # ------------------------------------------------------------------ CBS
     def _cbs(self, state: ConnState, data: bytes) -> None:
@@ -967,6 +876,7 @@ class Server:
             state.audiences.add(path.lower())
         except TokenError as error:
             status, description = 401, str(error)
+            log.info("connection %d: token refused for %s: %s", state.model_conn, props.get("name", "?"), error)
         self._reply(state, "$cbs", request, {"status-code": status, "status-description": description}, None)
 
     def _reply(self, state: ConnState, node: str, request: Message, props: dict, body: Any) -> None:
@@ -999,15 +909,17 @@ class Server:
                 check_token(str(props.get("authorization", "")), "sb://sbconform/$sbconform", self.keys)
                 status, result = 200, self._control(operation, body)
             else:
-                self._authorize(state, path)
+                # a token for the entity or for its management node ('q/$management', the
+                # JavaScript SDK's audience for management requests) authorizes them
+                self._authorize(state, address)
                 status, result = self._entity_operation(state, path, operation, body)
             reply = {"statusCode": status, "statusDescription": "OK" if status == 200 else "No Content"}
         except ServiceBusError as error:
             result = None
             reply = {
-                "statusCode": STATUS.get(error.code, 400),
+                "statusCode": codec.status_of(error.code),
                 "statusDescription": error.text,
-                "errorCondition": A(CONDITIONS.get(error.code, "amqp:internal-error")),
+                "errorCondition": A(codec.condition_of(error.code)),
             }
         except TokenError as error:
             result = None
@@ -1096,6 +1008,8 @@ class Server:
         """The ``$sbconform`` node: what the SDK target needs that no SDK call does."""
         ns = self.namespace
         props = {str(k): v for k, v in (body.get("properties") or {}).items()}
+        if operation in ("create-queue", "create-topic", "create-subscription", "delete", "update"):
+            log.info("entity %s: %s", operation, body.get("path") or "/".join(str(body[k]) for k in ("topic", "name") if k in body))
         if operation == "create-queue":
             return {"path": ns.create_queue(str(body["name"]), **props).path}
         if operation == "create-topic":
@@ -1141,16 +1055,7 @@ class Server:
 def _condition(error: ServiceBusError) -> Condition:
     """The AMQP error for a model error. The info map is always present (with the
     tracking id): the SDK reads the error's third field and fails on a shorter list."""
-    return Condition(CONDITIONS.get(error.code, "amqp:internal-error"), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
-
-
-def _header(ttl: int | None, delivery_count: int) -> bytes:
-    """The header section, every field written out. Proton drops a header holding only
-    defaults, and the SDK then shows delivery_count None instead of 0."""
-    fields = b"\x42\x40"  # durable false, priority null
-    fields += b"\x40" if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big")
-    fields += b"\x42\x70" + min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")  # first-acquirer false, delivery-count
-    return b"\x00\x53\x70\xc0" + bytes([len(fields) + 1, 5]) + fields
+    return Condition(codec.condition_of(error.code), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
 
 
 def _uuid(value: Any) -> uuid.UUID:

@@ -26,48 +26,7 @@ ATTACH = 0x12
 DATA_SECTION = 0x75
 
 
-class WireError(ValueError):
-    pass
-
-
-def _width(code: int, buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """(header bytes after the code, payload bytes) of the value whose code is ``code``."""
-    hi = code >> 4
-    if hi == 0x4:
-        return 0, 0
-    if hi == 0x5:
-        return 0, 1
-    if hi == 0x6:
-        return 0, 2
-    if hi == 0x7:
-        return 0, 4
-    if hi == 0x8:
-        return 0, 8
-    if hi == 0x9:
-        return 0, 16
-    if hi in (0xA, 0xC, 0xE):
-        if pos >= len(buf):
-            raise WireError("truncated value")
-        return 1, buf[pos]
-    if hi in (0xB, 0xD, 0xF):
-        if pos + 4 > len(buf):
-            raise WireError("truncated value")
-        return 4, _U32.unpack_from(buf, pos)[0]
-    raise WireError(f"unknown AMQP type code 0x{code:02x}")
-
-
-def skip(buf: bytes | memoryview, pos: int) -> int:
-    """The position just after the value starting at ``pos``."""
-    if pos >= len(buf):
-        raise WireError("truncated value")
-    code = buf[pos]
-    if code == 0x00:  # described: descriptor, then the value
-        return skip(buf, skip(buf, pos + 1))
-    head, size = _width(code, buf, pos + 1)
-    end = pos + 1 + head + size
-    if end > len(buf):
-        raise WireError("truncated value")
-    return end
+from ..amqp.values import WireError, _width, skip  # noqa: F401  (the primitives live with the codec)
 
 
 def read_uint(buf: bytes | memoryview, pos: int) -> int | None:

@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
 
+from ..amqp import codec
 from ..processes import stop_process
 
 from .azure_admin import split_path
@@ -248,57 +249,24 @@ class LowLevelClient:
 
 
 def _proton_message(message: Any) -> Any:
-    """A ``ServiceBusMessage`` as proton's Message, with the fields Service Bus reads on the
-    wire (the SDK's own mapping: group-id, x-opt-partition-key, header ttl, a data section)."""
-    from proton import Message as AmqpMessage, symbol
+    """A ``ServiceBusMessage`` as proton's Message: the bytes the SDK itself would put on the
+    wire (its own encoder), decoded by proton, so every section and AMQP type is the SDK's."""
+    from azure.servicebus._pyamqp._encode import encode_payload
+    from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+    from proton import Message as AmqpMessage
 
-    raw = message.raw_amqp_message
-    out = AmqpMessage(body=b"".join(bytes(part) for part in raw.body), inferred=True)
-    props = raw.properties
-    if props is not None:
-        out.id = props.message_id
-        out.group_id = props.group_id
-        out.content_type = props.content_type
-        out.correlation_id = props.correlation_id
-        out.subject = props.subject
-        out.address = props.to
-        out.reply_to = props.reply_to
-    if raw.header is not None and raw.header.time_to_live:
-        out.ttl = raw.header.time_to_live / 1000
-    annotations = {symbol(str(k.decode() if isinstance(k, bytes) else k)): v for k, v in (raw.annotations or {}).items()}
-    if annotations:
-        out.annotations = annotations
-    if raw.application_properties:
-        out.properties = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in raw.application_properties.items()}
+    encoded = encode_payload(bytearray(), PyamqpTransport.to_outgoing_amqp_message(message.raw_amqp_message))
+    out = AmqpMessage()
+    out.decode(bytes(encoded))
     return out
 
 
-_CONDITION_CODES = {
-    "amqp:not-found": ErrorCode.ENTITY_NOT_FOUND,
-    "com.microsoft:entity-already-exists": ErrorCode.ENTITY_ALREADY_EXISTS,
-    "com.microsoft:message-lock-lost": ErrorCode.MESSAGE_LOCK_LOST,
-    "com.microsoft:session-lock-lost": ErrorCode.SESSION_LOCK_LOST,
-    "com.microsoft:session-cannot-be-locked": ErrorCode.SESSION_CANNOT_BE_LOCKED,
-    "com.microsoft:message-not-found": ErrorCode.MESSAGE_NOT_FOUND,
-    "amqp:link:message-size-exceeded": ErrorCode.MESSAGE_SIZE_EXCEEDED,
-    "amqp:resource-limit-exceeded": ErrorCode.QUOTA_EXCEEDED,
-    "amqp:not-allowed": ErrorCode.INVALID_OPERATION,
-    "amqp:not-implemented": ErrorCode.INVALID_OPERATION,
-    "com.microsoft:argument-error": ErrorCode.ARGUMENT_ERROR,
-    "com.microsoft:argument-out-of-range": ErrorCode.ARGUMENT_ERROR,
-    "com.microsoft:timeout": ErrorCode.TIMEOUT,
-    "com.microsoft:server-busy": ErrorCode.SERVER_BUSY,
-    "com.microsoft:entity-disabled": ErrorCode.ENTITY_UNAVAILABLE,
-    "amqp:unauthorized-access": ErrorCode.UNAUTHORIZED,
-    "com.microsoft:auth-failed": ErrorCode.UNAUTHORIZED,
-    "amqp:transaction:unknown-id": ErrorCode.TRANSACTION_UNKNOWN,
-    "amqp:transaction:rollback": ErrorCode.TRANSACTION_ROLLBACK,
-    "amqp:transaction:timeout": ErrorCode.TRANSACTION_TIMEOUT,
-}
+#: AMQP condition -> model error code: the codec's one table (sbconform/amqp/codec.py)
+_CONDITION_CODES = codec.CODES
 
 
 def _code_of_condition(condition: str) -> ErrorCode:
-    return _CONDITION_CODES.get(condition, ErrorCode.INVALID_OPERATION)
+    return codec.code_of_condition(condition)
 
 
 def translate(error: BaseException) -> ServiceBusError:

@@ -1,0 +1,412 @@
+"""Service Bus on the wire: errors and messages, in both directions, once.
+
+Errors: ``CONDITIONS`` (model error code -> AMQP error condition), ``code_of_condition``
+(its inverse, with the aliases the SDKs also map), ``STATUS`` (management status code per
+error). The server writes with them; the SDK target reads with them.
+
+Messages: ``decode(data)`` turns an encoded AMQP message into the model's ``Message``,
+and keeps, in ``WireMessage.wire`` (an ``Envelope``; a ``Message`` subclass, so the model is untouched), every section the broker does not own
+exactly as the sender encoded it: the header's durable and priority fields, delivery
+annotations, the sender's message annotations, the properties list, the application
+properties, the body sections (data, amqp-sequence, amqp-value, or none at all) and the
+footer. ``encode(delivery)`` writes the message back out from those bytes, adding what
+the broker owns as Service Bus does: the header's delivery count and time to live, the
+annotations ``x-opt-sequence-number``, ``x-opt-enqueued-time``, ``x-opt-locked-until``,
+``x-opt-message-state``, ``x-opt-scheduled-enqueue-time``, ``x-opt-deadletter-source``,
+``x-opt-partition-id``, the dead-letter application properties, and a MessageId when the
+sender set none. ``spec/wire.md`` gives the source of each of these facts.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference import NEVER, ErrorCode
+from reference import Message as ModelMessage
+from reference.message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON
+
+from . import values as v
+from .values import WireError, read, read_typed, skip
+
+# ------------------------------------------------------------------ errors
+#: model error code -> AMQP error condition (as the SDKs map them back to exceptions:
+#: azure/servicebus/_common/constants.py ``ERROR_CODE_*``, _pyamqp/error.py ``ErrorCondition``)
+CONDITIONS: dict[ErrorCode, str] = {
+    ErrorCode.ENTITY_NOT_FOUND: "amqp:not-found",
+    ErrorCode.ENTITY_ALREADY_EXISTS: "com.microsoft:entity-already-exists",
+    ErrorCode.MESSAGE_LOCK_LOST: "com.microsoft:message-lock-lost",
+    ErrorCode.SESSION_LOCK_LOST: "com.microsoft:session-lock-lost",
+    ErrorCode.SESSION_CANNOT_BE_LOCKED: "com.microsoft:session-cannot-be-locked",
+    ErrorCode.MESSAGE_NOT_FOUND: "com.microsoft:message-not-found",
+    ErrorCode.MESSAGE_SIZE_EXCEEDED: "amqp:link:message-size-exceeded",
+    ErrorCode.QUOTA_EXCEEDED: "amqp:resource-limit-exceeded",
+    ErrorCode.INVALID_OPERATION: "amqp:not-allowed",
+    ErrorCode.ARGUMENT_ERROR: "com.microsoft:argument-error",
+    ErrorCode.TIMEOUT: "com.microsoft:timeout",
+    ErrorCode.SERVER_BUSY: "com.microsoft:server-busy",
+    ErrorCode.ENTITY_UNAVAILABLE: "com.microsoft:entity-disabled",
+    ErrorCode.UNAUTHORIZED: "amqp:unauthorized-access",
+    ErrorCode.CONNECTION_LOST: "amqp:connection:forced",
+    ErrorCode.TRANSACTION_UNKNOWN: "amqp:transaction:unknown-id",  # AMQP 1.0 part 4, transaction-error
+    ErrorCode.TRANSACTION_ROLLBACK: "amqp:transaction:rollback",
+    ErrorCode.TRANSACTION_TIMEOUT: "amqp:transaction:timeout",
+}
+#: conditions a broker may use that mean the same as one above
+CONDITION_ALIASES: dict[str, ErrorCode] = {
+    "amqp:not-implemented": ErrorCode.INVALID_OPERATION,
+    "com.microsoft:argument-out-of-range": ErrorCode.ARGUMENT_ERROR,
+    "com.microsoft:auth-failed": ErrorCode.UNAUTHORIZED,
+}
+#: AMQP error condition -> model error code (the inverse of ``CONDITIONS``, plus aliases)
+CODES: dict[str, ErrorCode] = {**{c: code for code, c in CONDITIONS.items()}, **CONDITION_ALIASES}
+#: management status code per error ("AMQP 1.0 in Azure Service Bus: request-response
+#: operations", Response: 200 OK, 204 no content, 4xx/5xx failures)
+STATUS: dict[ErrorCode, int] = {
+    ErrorCode.ENTITY_NOT_FOUND: 404,
+    ErrorCode.MESSAGE_NOT_FOUND: 404,
+    ErrorCode.MESSAGE_LOCK_LOST: 410,
+    ErrorCode.SESSION_LOCK_LOST: 410,
+    ErrorCode.SESSION_CANNOT_BE_LOCKED: 409,
+    ErrorCode.ENTITY_ALREADY_EXISTS: 409,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.QUOTA_EXCEEDED: 403,
+    ErrorCode.TIMEOUT: 408,
+    ErrorCode.SERVER_BUSY: 503,
+    ErrorCode.ENTITY_UNAVAILABLE: 503,
+}
+INTERNAL_ERROR = "amqp:internal-error"
+
+
+def condition_of(code: ErrorCode) -> str:
+    return CONDITIONS.get(code, INTERNAL_ERROR)
+
+
+def code_of_condition(condition: str) -> ErrorCode:
+    """The model's code for an AMQP condition (an unknown one is an invalid operation)."""
+    return CODES.get(condition, ErrorCode.INVALID_OPERATION)
+
+
+def status_of(code: ErrorCode) -> int:
+    return STATUS.get(code, 400)
+
+
+# ---------------------------------------------------------------- sections
+HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES = 0x70, 0x71, 0x72, 0x73, 0x74
+DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x75, 0x76, 0x77, 0x78
+_SYMBOLIC = {
+    "amqp:header:list": HEADER,
+    "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
+    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS,
+    "amqp:properties:list": PROPERTIES,
+    "amqp:application-properties:map": APPLICATION_PROPERTIES,
+    "amqp:data:binary": DATA,
+    "amqp:amqp-sequence:list": AMQP_SEQUENCE,
+    "amqp:amqp-value:*": AMQP_VALUE,
+    "amqp:footer:map": FOOTER,
+}
+BODY_SECTIONS = (DATA, AMQP_SEQUENCE, AMQP_VALUE)
+
+# message annotations (azure/servicebus/_common/constants.py)
+X_SEQUENCE_NUMBER = "x-opt-sequence-number"
+X_ENQUEUED_TIME = "x-opt-enqueued-time"
+X_LOCKED_UNTIL = "x-opt-locked-until"
+X_LOCK_TOKEN = "x-opt-lock-token"
+X_MESSAGE_STATE = "x-opt-message-state"
+X_SCHEDULED = "x-opt-scheduled-enqueue-time"
+X_DEADLETTER_SOURCE = "x-opt-deadletter-source"
+X_PARTITION_ID = "x-opt-partition-id"
+X_PARTITION_KEY = "x-opt-partition-key"
+X_ENQUEUE_SEQUENCE_NUMBER = "x-opt-enqueue-sequence-number"
+#: annotations the broker sets; a sender's values for them are replaced, never doubled
+BROKER_ANNOTATIONS = frozenset({
+    X_SEQUENCE_NUMBER, X_ENQUEUED_TIME, X_LOCKED_UNTIL, X_LOCK_TOKEN, X_MESSAGE_STATE,
+    X_SCHEDULED, X_DEADLETTER_SOURCE, X_PARTITION_ID, X_ENQUEUE_SEQUENCE_NUMBER,
+})
+#: ServiceBusMessageState (azure/servicebus/_common/constants.py): Active 0, Deferred 1, Scheduled 2
+MESSAGE_STATES = {"deferred": 1, "scheduled": 2}
+#: properties fields (AMQP 1.0 part 3, 3.2.4)
+MESSAGE_ID, USER_ID, TO, SUBJECT, REPLY_TO, CORRELATION_ID, CONTENT_TYPE = 0, 1, 2, 3, 4, 5, 6
+GROUP_ID = 10
+REPLY_TO_GROUP_ID = 12
+#: the properties fields the model reads (and a rule action may change), by list index
+MODEL_FIELDS = ((MESSAGE_ID, "message_id"), (TO, "to"), (SUBJECT, "subject"), (REPLY_TO, "reply_to"),
+                (CORRELATION_ID, "correlation_id"), (CONTENT_TYPE, "content_type"), (GROUP_ID, "session_id"),
+                (REPLY_TO_GROUP_ID, "reply_to_session_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What the sender encoded and the broker passes through, as raw AMQP bytes."""
+
+    durable: bytes = b"\x42"  # header field 0 (false)
+    priority: bytes = b"\x40"  # header field 1 (null: the default, 4)
+    delivery_annotations: bytes = b""  # the whole section, or nothing
+    annotations: tuple[tuple[str, bytes], ...] = ()  # (key, raw key + value) the sender set
+    properties: tuple[bytes, ...] | None = None  # raw fields of the properties list; None: no section
+    application: tuple[tuple[str, bytes], ...] | None = None  # (key, raw key + value); None: no section
+    application_section: bytes = b""  # the whole application-properties section as sent
+    body: bytes = b""  # the body sections; b"": the message had none
+    footer: bytes = b""  # the whole section, or nothing
+    texts: tuple[tuple[int, Any], ...] = ()  # (properties index, the model's value) as decoded
+    application_values: Any = None  # the application properties as decoded (a rule action may change them)
+
+
+@dataclass(frozen=True, slots=True)
+class WireMessage(ModelMessage):
+    """The model's message with the envelope it came in (the model sees a plain ``Message``;
+    its ``with_changes`` keeps the envelope)."""
+
+    wire: Envelope | None = field(default=None, compare=False, repr=False)
+
+
+def sections(data: bytes | memoryview) -> list[tuple[int, int, int, int]]:
+    """(section code, start, start of its value, end) of each section of an encoded message."""
+    out = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        if data[pos] != 0x00:
+            raise WireError(f"byte {pos}: expected a message section, found 0x{data[pos]:02x}")
+        kind, descriptor, value_at = read_typed(data, pos + 1)
+        code = _SYMBOLIC.get(descriptor) if kind == "symbol" else descriptor
+        if not isinstance(code, int) or not HEADER <= code <= FOOTER:
+            raise WireError(f"byte {pos}: {descriptor!r} is not a message section")
+        end = skip(data, value_at)
+        out.append((code, pos, value_at, end))
+        pos = end
+    return out
+
+
+def _entries(data, pos: int) -> list[tuple[Any, bytes]]:
+    """(key, raw key + value) of each entry of the map at ``pos``."""
+    raw = v.elements(data, pos)
+    out = []
+    for i in range(0, len(raw) - 1, 2):
+        key = read(raw[i], 0)[0]
+        out.append((key, raw[i] + raw[i + 1]))
+    return out
+
+
+def _text(kind: str, value: Any) -> str | None:
+    """A message-id or correlation-id as the model (and .NET's ``MessageId``) reads it."""
+    if value is None:
+        return None
+    if kind == "binary":
+        return value.hex()
+    return str(value)
+
+
+def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = True) -> ModelMessage:
+    """The model's message for an encoded AMQP message; ``epoch_ms``: the model's time 0 in
+    epoch milliseconds. Without a message-id, the broker assigns one (``assign_message_id``).
+    Whatever is wrong with the bytes, the error is a ``WireError``."""
+    try:
+        return _decode(data, epoch_ms, assign_message_id)
+    except WireError:
+        raise
+    except (IndexError, ValueError, TypeError, OverflowError, struct.error, UnicodeDecodeError) as error:
+        raise WireError(f"malformed message: {type(error).__name__}: {error}") from None
+
+
+def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) -> ModelMessage:
+    data = memoryview(data) if not isinstance(data, memoryview) else data
+    durable, priority = b"\x42", b"\x40"
+    ttl = None
+    delivery_annotations = footer = application_section = b""
+    annotations: list[tuple[str, bytes]] = []
+    props: list[bytes] | None = None
+    application: list[tuple[str, bytes]] | None = None
+    app_values: dict[str, Any] = {}
+    body_parts: list[bytes] = []
+    model_body: list[bytes] = []
+    partition_key = scheduled = None
+    fields: dict[int, tuple[str, Any]] = {}
+    for code, start, at, end in sections(data):
+        if code == HEADER:
+            raw = v.elements(data, at) if data[at] != 0x45 else []
+            if len(raw) > 0:
+                durable = raw[0]
+                if durable[0] not in (0x40, 0x41, 0x42, 0x56):
+                    raise WireError("header: durable is not a boolean")
+            if len(raw) > 1:
+                priority = raw[1]
+                if priority[0] not in (0x40, 0x50):
+                    raise WireError("header: priority is not a ubyte")
+            if len(raw) > 2:
+                ttl = read(raw[2], 0)[0] or None
+        elif code == DELIVERY_ANNOTATIONS:
+            delivery_annotations = bytes(data[start:end])
+        elif code == MESSAGE_ANNOTATIONS:
+            for key, raw in _entries(data, at):
+                name = str(key)
+                if name == X_PARTITION_KEY:
+                    partition_key = read(raw, skip(raw, 0))[0]
+                elif name == X_SCHEDULED:
+                    when = read(raw, skip(raw, 0))[0]
+                    scheduled = _ms(when) - epoch_ms if when is not None else None
+                if name not in BROKER_ANNOTATIONS:
+                    annotations.append((name, raw))
+        elif code == PROPERTIES:
+            props = v.elements(data, at) if data[at] != 0x45 else []
+            for index in (MESSAGE_ID, TO, SUBJECT, REPLY_TO, CORRELATION_ID, CONTENT_TYPE, GROUP_ID, REPLY_TO_GROUP_ID):
+                if index < len(props):
+                    kind, value, _ = read_typed(props[index], 0)
+                    fields[index] = (kind, value)
+        elif code == APPLICATION_PROPERTIES:
+            application_section = bytes(data[start:end])
+            application = []
+            for key, raw in _entries(data, at):
+                name = str(key)
+                application.append((name, raw))
+                app_values[name] = read(raw, skip(raw, 0))[0]
+        elif code in BODY_SECTIONS:
+            body_parts.append(bytes(data[start:end]))
+            if code == DATA:
+                model_body.append(read(data, at)[0])
+            elif code == AMQP_VALUE and data[at] in (0xA0, 0xB0, 0xA1, 0xB1):
+                value = read(data, at)[0]
+                model_body.append(value.encode("utf-8") if isinstance(value, str) else value)
+            else:
+                model_body.append(bytes(data[at:end]))
+        elif code == FOOTER:
+            footer = bytes(data[start:end])
+
+    def text(index: int) -> str | None:
+        kind, value = fields.get(index, ("null", None))
+        return _text(kind, value)
+
+    message_id = text(MESSAGE_ID)
+    if message_id is None and assign_message_id:
+        message_id = uuid.uuid4().hex
+    envelope = Envelope(
+        durable=durable, priority=priority, delivery_annotations=delivery_annotations,
+        annotations=tuple(annotations), properties=None if props is None else tuple(props),
+        application=None if application is None else tuple(application), application_section=application_section,
+        body=b"".join(body_parts), footer=footer,
+        texts=tuple((index, _model_text(index, text(index))) for index, _ in MODEL_FIELDS),
+        application_values=dict(app_values) if application is not None else None,
+    )
+    return WireMessage(
+        body=b"".join(model_body),
+        message_id=message_id,
+        session_id=text(GROUP_ID) or None,
+        partition_key=None if partition_key is None else str(partition_key),
+        time_to_live=ttl,
+        scheduled_enqueue_time=scheduled,
+        content_type=text(CONTENT_TYPE) or None,
+        correlation_id=text(CORRELATION_ID),
+        subject=text(SUBJECT),
+        to=text(TO),
+        reply_to=text(REPLY_TO),
+        reply_to_session_id=text(REPLY_TO_GROUP_ID) or None,
+        application_properties=app_values,
+        wire=envelope,
+    )
+
+
+def _ms(when: Any) -> int:
+    if hasattr(when, "timestamp"):
+        return round(when.timestamp() * 1000)
+    return int(when)
+
+
+# ---------------------------------------------------------------- encoding
+def header(durable: bytes, priority: bytes, ttl: int | None, delivery_count: int) -> bytes:
+    """The header section, every field written out: a receiver reads delivery-count from it
+    (the Python SDK shows None, not 0, when the header is missing)."""
+    fields = [durable, priority, v.null() if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big"),
+              b"\x42", b"\x70" + min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")]
+    return v.described(HEADER, v.list_(fields))
+
+
+def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
+    """A delivery (``reference.Delivery``) as Service Bus sends it to a receiver or a peek.
+    ``lock_token``: the message is delivered under a lock (peeks carry no locked-until)."""
+    m = d.message
+    wire = getattr(m, "wire", None)
+    env: Envelope = wire if isinstance(wire, Envelope) else _envelope_of(m, epoch_ms)
+    # the effective time to live (the entity's default caps the message's: SETTLE-TTL-001)
+    ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
+    out = [header(env.durable, env.priority, ttl, max(d.delivery_count - 1, 0))]
+    if env.delivery_annotations:
+        out.append(env.delivery_annotations)
+    entries = [raw for _key, raw in env.annotations]
+    entries.append(v.symbol(X_SEQUENCE_NUMBER) + v.long(d.sequence_number))
+    entries.append(v.symbol(X_ENQUEUED_TIME) + v.timestamp(epoch_ms + d.enqueued_time))
+    if lock_token and d.locked_until is not None:
+        entries.append(v.symbol(X_LOCKED_UNTIL) + v.timestamp(epoch_ms + d.locked_until))
+    entries.append(v.symbol(X_MESSAGE_STATE) + v.int32(MESSAGE_STATES.get(str(d.state), 0)))
+    if m.scheduled_enqueue_time is not None:
+        entries.append(v.symbol(X_SCHEDULED) + v.timestamp(epoch_ms + m.scheduled_enqueue_time))
+    if d.dead_letter_source is not None:
+        entries.append(v.symbol(X_DEADLETTER_SOURCE) + v.string(d.dead_letter_source))
+    if d.partition is not None:
+        entries.append(v.symbol(X_PARTITION_ID) + v.short(d.partition))
+    out.append(v.described(MESSAGE_ANNOTATIONS, v.map_entries(entries)))
+    props = list(env.properties) if env.properties is not None else []
+    if m.message_id is not None and (not props or props[MESSAGE_ID] == b"\x40"):
+        if props:
+            props[MESSAGE_ID] = v.string(m.message_id)  # assigned by the broker
+        else:
+            props = [v.string(m.message_id)]
+    if env.texts:  # what a rule action changed is written anew (RULES-ACT-*); the rest as sent
+        decoded = dict(env.texts)
+        for index, attr in MODEL_FIELDS:
+            value = getattr(m, attr, None)
+            if index == MESSAGE_ID or value == decoded.get(index):
+                continue
+            while len(props) <= index:
+                props.append(v.null())
+            props[index] = v.null() if value is None else (v.symbol(value) if index == CONTENT_TYPE else v.string(value))
+    if props or env.properties is not None:
+        out.append(v.described(PROPERTIES, v.list_(props)))
+    extra = {}
+    if d.dead_letter_reason is not None:
+        extra[DEAD_LETTER_REASON] = d.dead_letter_reason
+    if d.dead_letter_description is not None:
+        extra[DEAD_LETTER_ERROR_DESCRIPTION] = d.dead_letter_description
+    changed = env.application_values is not None and m.application_properties != env.application_values
+    if env.application_section and not extra and not changed:
+        out.append(env.application_section)
+    elif env.application is not None or extra or m.application_properties:
+        current = m.application_properties
+        before = env.application_values or {}
+        app = [raw for key, raw in (env.application or ())
+               if key not in extra and key in current and (not changed or _same(before.get(key), current[key]))]
+        kept = {key for key, raw in (env.application or ()) if key not in extra and key in current
+                and (not changed or _same(before.get(key), current[key]))}
+        if changed or env.application is None:
+            app += [v.string(k) + v.value(x) for k, x in current.items() if k not in kept and k not in extra]
+        app += [v.string(k) + v.string(x) for k, x in extra.items()]
+        out.append(v.described(APPLICATION_PROPERTIES, v.map_entries(app)))
+    out.append(env.body if env.body or wire is not None else v.described(DATA, v.binary(m.body)))
+    if env.footer:
+        out.append(env.footer)
+    return b"".join(out)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _model_text(index: int, value: Any) -> Any:
+    return value or None if index in (GROUP_ID, REPLY_TO_GROUP_ID, CONTENT_TYPE) else value
+
+
+def _envelope_of(m: ModelMessage, epoch_ms: int) -> Envelope:
+    """The envelope of a message made by the model rather than received (no wire form)."""
+    s = lambda x: v.null() if x is None else v.string(x)  # noqa: E731
+    props = [s(m.message_id), v.null(), s(m.to), s(m.subject), s(m.reply_to), s(m.correlation_id),
+             v.null() if m.content_type is None else v.symbol(m.content_type), v.null(), v.null(), v.null(), s(m.session_id),
+             v.null(), s(getattr(m, "reply_to_session_id", None))]
+    while props and props[-1] == b"\x40":
+        props.pop()
+    annotations = ()
+    if m.partition_key is not None:
+        annotations = ((X_PARTITION_KEY, v.symbol(X_PARTITION_KEY) + v.string(m.partition_key)),)
+    application = tuple((k, v.string(k) + v.value(x)) for k, x in m.application_properties.items()) or None
+    return Envelope(annotations=annotations, properties=tuple(props) or None, application=application,
+                    body=v.described(DATA, v.binary(m.body)))

@@ -1,0 +1,398 @@
+"""The management REST API of Service Bus (the ATOM feed ``ServiceBusAdministrationClient`` speaks),
+served beside the AMQP listener, as Microsoft's emulator serves it on port 5300.
+
+Routes (https://learn.microsoft.com/rest/api/servicebus/ "Service Bus REST API", and what
+azure-servicebus 7.15's ``management/_generated/operations`` sends):
+
+| method | path | what |
+|---|---|---|
+| GET | ``/$namespaceinfo`` | namespace properties (``NamespaceInfo``) |
+| GET | ``/$Resources/Queues`` or ``/$Resources/Topics`` ``?$skip=&$top=`` | a feed, one page |
+| GET | ``/{topic}/subscriptions?$skip=&$top=`` | a feed of subscriptions |
+| GET | ``/{entity}``, ``/{topic}/subscriptions/{name}`` | one entry (description and runtime counts); an unknown entity is an empty feed with 200, as Service Bus answers |
+| PUT | same | create (201); with ``If-Match: *`` update (200) |
+| DELETE | same | 200; 404 if unknown |
+
+Every request carries a shared access signature in ``Authorization``, checked as CBS checks
+put-token (key, signature, expiry, audience covering the path). Errors are Service Bus's:
+status code and ``<Error><Code>..</Code><Detail>..</Detail></Error>``.
+
+The XML lives in ``atom.py``. The namespace model is single-threaded and belongs to the AMQP server's loop: each request
+runs its model part there (``Server.call_soon``) and waits for the answer; only the XML is
+made on the HTTP thread. Rules are not served yet (501): the model has none.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from reference import ErrorCode, ServiceBusError
+
+from ..amqp.codec import status_of
+from .atom import (
+    HttpError,
+    empty_feed,
+    entry_xml,
+    error_xml,
+    feed_xml,
+    namespace_xml,
+    parse_description,
+)
+from .sas import TokenError, check_token
+
+log = logging.getLogger("sbconform.serve")
+
+#: largest request body accepted (an entity description is a few kilobytes)
+MAX_BODY = 256 * 1024
+#: connections served at once (each has a thread)
+MAX_CLIENTS = 64
+#: how long a request waits for the model's answer
+CALL_TIMEOUT = 30.0
+# ---------------------------------------------------------------- the API
+class AdminApi:
+    """The model side: every method runs on the AMQP server's loop thread."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        #: path (lower case) -> {"created": ms, "updated": ms, "extras": {element: text}}
+        self.meta: dict[str, dict[str, Any]] = {}
+
+    # -- helpers
+    @property
+    def ns(self):
+        return self.server.namespace
+
+    def _now(self) -> int:
+        return self.server.clock.epoch_ms + self.server.clock.now
+
+    def _meta(self, path: str) -> dict[str, Any]:
+        key = path.lower()
+        if key not in self.meta:
+            self.meta[key] = {"created": self.server.clock.epoch_ms, "updated": self.server.clock.epoch_ms, "extras": {}}
+        return self.meta[key]
+
+    def _kind(self, path: str) -> str | None:
+        parts = path.split("/")
+        entity = self.ns.entities.get(parts[0].lower())
+        if entity is None:
+            return None
+        if len(parts) == 3 and parts[1].lower() == "subscriptions":
+            subs = getattr(entity, "subscriptions", None)
+            return "subscription" if subs is not None and parts[2].lower() in subs else None
+        return entity.kind if len(parts) == 1 else None
+
+    def _name(self, path: str) -> str:
+        """The entity's own spelling of its path."""
+        parts = path.split("/")
+        entity = self.ns.entities[parts[0].lower()]
+        if len(parts) == 3:
+            return entity.subscriptions[parts[2].lower()].path
+        return entity.path
+
+    # -- reads
+    def describe(self, path: str) -> dict[str, Any] | None:
+        """Everything an entry shows about one entity, or None if there is none."""
+        kind = self._kind(path)
+        if kind is None:
+            return None
+        d = self.ns.describe(path)
+        info = self.ns.runtime_info(path)
+        meta = self._meta(path)
+        out = {"kind": kind, "path": self._name(path), "description": d, "info": info,
+               "created": meta["created"], "updated": meta["updated"], "extras": dict(meta["extras"])}
+        if kind == "topic":
+            out["subscription_count"] = len(self.ns.entities[path.lower()].subscriptions)
+        return out
+
+    def list(self, kind: str, skip: int, top: int, topic: str | None = None) -> list[dict[str, Any]]:
+        if topic is not None:
+            entity = self.ns.entities.get(topic.lower())
+            if entity is None or entity.kind != "topic":
+                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{topic}' could not be found.")
+            paths = [s.path for s in entity.subscriptions.values()]
+        else:
+            paths = [e.path for e in self.ns.entities.values() if e.kind == kind]
+        paths.sort(key=str.lower)
+        return [self.describe(p) for p in paths[skip:skip + top]]
+
+    def namespace(self) -> dict[str, Any]:
+        return {"name": self.ns.name if hasattr(self.ns, "name") else self.server.config.namespace_name,
+                "sku": str(getattr(self.ns, "sku", self.server.config.sku)), "created": self.server.clock.epoch_ms}
+
+    # -- writes
+    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
+        if self._kind(path) is not None or (kind != "subscription" and path.lower() in self.ns.entities):
+            raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The messaging entity '{path}' already exists.")
+        if kind == "queue":
+            self.ns.create_queue(path, **props)
+        elif kind == "topic":
+            self.ns.create_topic(path, **props)
+        else:
+            topic, _, name = path.split("/")
+            self.ns.create_subscription(topic, name, **props)
+        self.meta.pop(path.lower(), None)
+        meta = self._meta(path)
+        meta["created"] = meta["updated"] = self._now()
+        meta["extras"] = extras
+        log.info("entity created: %s '%s'", kind, path)
+        return self.describe(path)
+
+    def update(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
+        found = self._kind(path)
+        if found is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
+        if found != kind:
+            raise HttpError(400, f"'{path}' is a {found}, not a {kind}")
+        current = self.ns.describe(path)
+        changes = {k: v for k, v in props.items() if getattr(current, k) != v}
+        if changes:
+            self.ns.update(path, **changes)
+            self.server._mark_all_dirty()
+        meta = self._meta(path)
+        meta["updated"] = self._now()
+        meta["extras"] = extras
+        log.info("entity updated: %s '%s' %s", kind, path, sorted(changes))
+        return self.describe(path)
+
+    def delete(self, path: str) -> None:
+        kind = self._kind(path)
+        if kind is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
+        self.ns.delete(path)
+        for key in [k for k in self.meta if k == path.lower() or k.startswith(path.lower() + "/")]:
+            del self.meta[key]
+        self.server._mark_all_dirty()
+        log.info("entity deleted: %s '%s'", kind, path)
+
+
+# ------------------------------------------------------------------- HTTP
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "sbconform"
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # a client that stops sending mid-request is dropped
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
+        log.debug("http %s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/atom+xml;type=entry;charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self, method: str) -> None:
+        admin: AdminHttp = self.server.admin  # type: ignore[attr-defined]
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length < 0 or length > MAX_BODY:
+                self.close_connection = True
+                raise HttpError(413, f"the request body of {length} bytes is larger than {MAX_BODY}")
+            body = self.rfile.read(length) if length else b""
+            status, out = admin.handle(method, self.path, self.headers, body)
+            self._send(status, out)
+        except HttpError as error:
+            self._send(error.status, error_xml(error.status, error.detail), "application/xml;charset=utf-8")
+        except ValueError as error:
+            self._send(400, error_xml(400, str(error)), "application/xml;charset=utf-8")
+        except OSError:
+            self.close_connection = True  # the client went away
+        except Exception as error:  # never a traceback for one bad request: a 500 and one line
+            log.error("http %s %s failed: %s: %s", method, self.path[:200], type(error).__name__, error)
+            self._send(500, error_xml(500, "the broker failed to handle the request"), "application/xml;charset=utf-8")
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """At most ``MAX_CLIENTS`` connections served at once; more are closed at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(address, _Handler)
+        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("http: more than %d connections at once, refusing %s", MAX_CLIENTS, client_address)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class AdminHttp:
+    """``AdminHttp(server, host, port).start()`` returns the port; requests run until ``stop()``."""
+
+    def __init__(self, server: Any, host: str = "127.0.0.1", port: int = 5300) -> None:
+        self.server = server
+        self.api = AdminApi(server)
+        self.httpd = _BoundedServer((host, port))
+        self.httpd.admin = self  # type: ignore[attr-defined]
+        self.port = self.httpd.server_address[1]
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> int:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="sbconform-admin-http", daemon=True)
+        self.thread.start()
+        return self.port
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- running on the model's thread
+    def call(self, fn: Callable[[], Any]) -> Any:
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as error:  # handed back to the HTTP thread
+                box["error"] = error
+            finally:
+                done.set()
+
+        self.server.call_soon(run)
+        if not done.wait(CALL_TIMEOUT):
+            raise HttpError(503, "the broker did not answer in time")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    # -- one request
+    def handle(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, bytes]:
+        url = urlsplit(target)
+        path = unquote(url.path).strip("/")
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        host = headers.get("Host") or f"localhost:{self.port}"
+        token = headers.get("Authorization") or ""
+        try:
+            check_token(token, f"sb://{host}/{path}", self.server.keys)
+        except TokenError as error:
+            try:  # the JavaScript SDK signs the request's whole URL, query included
+                check_token(token, f"sb://{host}{target}", self.server.keys)
+            except TokenError:
+                log.info("http %s /%s refused: %s", method, path, error)
+                raise HttpError(401, f"Unauthorized: {error}") from None
+        try:
+            return self._route(method, path, query, headers, body, host)
+        except ServiceBusError as error:
+            raise HttpError(status_of(error.code) if error.code is not ErrorCode.INVALID_OPERATION else 400, error.text) from None
+
+    def _route(self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes, host: str) -> tuple[int, bytes]:
+        parts = path.split("/") if path else []
+        lower = [p.lower() for p in parts]
+        skip, top = _int(query.get("$skip", "0"), "$skip"), _int(query.get("$top", "100"), "$top")
+        if method == "GET" and lower == ["$namespaceinfo"]:
+            return 200, namespace_xml(self.call(self.api.namespace), host)
+        if method == "GET" and len(parts) == 2 and lower[0] == "$resources" and lower[1] in ("queues", "topics"):
+            kind = lower[1][:-1]
+            items = self.call(lambda: self.api.list(kind, skip, top + 1))
+            return 200, feed_xml(parts[1], items[:top], host, path, skip, top, len(items) > top)
+        if len(parts) >= 3 and lower[1] == "subscriptions" and (len(parts) > 3):
+            raise HttpError(501, "rules are not served yet: the reference model has no rules")
+        if method == "GET" and len(parts) == 2 and lower[1] == "subscriptions":
+            items = self.call(lambda: self.api.list("subscription", skip, top + 1, topic=parts[0]))
+            return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, len(items) > top)
+        if not parts or any(not p for p in parts) or parts[0].startswith("$") or not (
+            len(parts) == 1 or (len(parts) == 3 and lower[1] == "subscriptions")
+        ):
+            raise HttpError(400, f"'/{path}' names no queue, topic or subscription")
+        entity_path = parts[0] if len(parts) == 1 else f"{parts[0]}/Subscriptions/{parts[2]}"
+        if method == "GET":
+            found = self.call(lambda: self.api.describe(entity_path))
+            return 200, (entry_xml(found, host) if found is not None else empty_feed())
+        if method == "DELETE":
+            self.call(lambda: self.api.delete(entity_path))
+            return 200, b""
+        if method == "PUT":
+            _check_names(parts)
+            kind = "subscription" if len(parts) == 3 else _put_kind(body)
+            props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
+            if (headers.get("If-Match") or "").strip():
+                return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
+            return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras)), host)
+        raise HttpError(405, f"{method} is not supported on '/{path}'")
+
+
+#: an entity name: letters, digits, periods, hyphens and underscores, starting and ending with a
+#: letter or digit (service-bus-quotas / "Create queue": names up to 260 characters, subscriptions 50)
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def _check_names(parts: list[str]) -> None:
+    names = [(parts[0], 260)] + ([(parts[2], 50)] if len(parts) == 3 else [])
+    for name, longest in names:
+        if len(name) > longest or not _NAME.match(name):
+            raise HttpError(400, f"'{name[:80]}' is not a valid entity name: letters, digits, '.', '-' and '_', "
+                                 f"starting and ending with a letter or digit, at most {longest} characters")
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise HttpError(400, f"{name}: '{text[:20]}' is not an integer") from None
+    if value < 0 or value > 1_000_000:
+        raise HttpError(400, f"{name}: {value} is out of range")
+    return value
+
+
+def _put_kind(body: bytes) -> str:
+    if b"QueueDescription" in body:
+        return "queue"
+    if b"TopicDescription" in body:
+        return "topic"
+    raise HttpError(400, "the request body holds no QueueDescription or TopicDescription")
+
+
+def _entity_of(text: str, host: str) -> str:
+    """'sb://host/q2', 'https://host/q2' or 'q2' -> 'q2' (a ForwardTo)."""
+    if "://" in text:
+        return urlsplit(text).path.strip("/")
+    return text.strip("/")
+
+
+def plain_http_transport() -> Any:
+    """A transport for ``ServiceBusAdministrationClient`` that speaks plain HTTP.
+
+    azure-servicebus 7.15 always builds ``https://<host>`` URLs, even from a connection string
+    with ``UseDevelopmentEmulator=true``; this transport sends the same requests over plain
+    HTTP to the port the connection string names::
+
+        ServiceBusAdministrationClient.from_connection_string(
+            "Endpoint=sb://localhost:5300;SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true;",
+            transport=plain_http_transport())
+    """
+    from azure.core.pipeline.transport import RequestsTransport
+
+    class PlainHttpTransport(RequestsTransport):
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            if request.url.startswith("https://"):
+                request.url = "http://" + request.url[len("https://"):]
+            return super().send(request, **kwargs)
+
+    return PlainHttpTransport()
