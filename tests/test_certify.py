@@ -22,8 +22,10 @@ def test_certify_writes_a_passing_report(tmp_path: Path) -> None:
     assert report["target"]["name"] == "reference"
     assert report["clauses"]["SETTLE-DEFR-001"]["status"] == "pass"
     assert report["clauses"]["SETTLE-DEFR-001"]["scenarios"][0]["name"].startswith("Deferral: ")
-    assert report["summary"]["certified"] is True
-    assert "CERTIFIED" in (tmp_path / "report.md").read_text()
+    # narrowed (by test arguments): it grades what it ran and certifies nothing
+    assert report["summary"]["passed"] is True and report["summary"]["certified"] is False
+    assert report["summary"]["scope"] == "selection"
+    assert "CERTIFIED" not in (tmp_path / "report.md").read_text() and "PASSED for the" in run.stdout
 
 
 def test_a_certification_run_runs_only_the_tests_that_name_clauses(tmp_path: Path) -> None:
@@ -94,7 +96,7 @@ def test_certify_a_selection_of_clauses(tmp_path: Path) -> None:
 def test_a_selection_matching_no_clause_is_a_clear_error(tmp_path: Path) -> None:
     run = sbconform("certify", "--target", "reference", "--report-dir", str(tmp_path), "--clause", "SETTLE-NOPE-*")
     assert run.returncode == 2
-    assert "--sb-clause 'SETTLE-NOPE-*' matches no clause" in run.stdout + run.stderr
+    assert run.stderr.strip().splitlines() == [run.stderr.strip()] and "--clause 'SETTLE-NOPE-*' matches no clause" in run.stderr
 
 
 def test_a_stuck_shard_is_stopped_and_its_unfinished_tests_fail_as_timed_out(tmp_path: Path, monkeypatch) -> None:
