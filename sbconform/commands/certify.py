@@ -58,5 +58,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "its unfinished tests are reported as failed (timed out)")
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML, one test case per clause")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
-    p.add_argument("pytest_args", nargs="*", help="advanced: test selection arguments passed to the test runner, after --")
+    p.add_argument("pytest_args", nargs="*", metavar="TEST-ARGS", help="advanced: test selection arguments passed to the test runner, after --")
     p.set_defaults(func=run)
