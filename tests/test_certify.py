@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,3 +126,51 @@ def test_a_stuck_shard_is_stopped_and_its_unfinished_tests_fail_as_timed_out(tmp
     assert stuck and all(s["outcome"] == "fail" and s["reason"].startswith("timed out") for s in stuck)
     assert any(s["outcome"] == "pass" for s in scenarios)  # the other tests' results survive
     assert not list((tmp_path / "report").glob("results.*.json*"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its parent is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_certify_stops_every_child_and_writes_an_incomplete_report(tmp_path: Path, signum) -> None:
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    pids = tmp_path / "pids"
+    (plugin / "sb_hang.py").write_text(
+        "import os, subprocess, time\n\n"
+        "def pytest_runtest_call(item):\n"
+        "    if 'not_deferred' in item.name:\n"
+        "        child = subprocess.Popen(['sleep', '300'])  # what a test starts (a server) must stop too\n"
+        f"        open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "        time.sleep(300)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(plugin)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sbconform.cli", "certify", "--report-dir", str(tmp_path / "r"), "--jobs", "2",
+         "--clause", "SETTLE-DEFR-*", "--", "-p", "sb_hang"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not pids.exists():
+        time.sleep(0.2)
+    assert pids.exists(), "the hanging test never started"
+    time.sleep(0.5)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, out + err
+    assert "Traceback" not in out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0], err
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"process {pid} outlived the interrupted certify"
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["summary"]["incomplete"].startswith("interrupted by SIG")
+    assert report["summary"]["certified"] is False and "INCOMPLETE" in report["summary"]["verdict"]
+    assert "Incomplete" in (tmp_path / "r" / "report.md").read_text()
