@@ -313,11 +313,12 @@ class _Run:
                 if shard is not None:
                     path.unlink()
                 break
-        self._show_progress(final=True)
         if self.broke or not parts:
+            self._show_progress(final=True)
             self.broke = self.broke or "no results"
             return None
         merged = _merge(parts)
+        self._show_progress(final=True, finished=merged["tests"])
         self.raw_path.write_text(json.dumps(merged, indent=2, default=str), encoding="utf-8")
         return merged
 
@@ -374,16 +375,24 @@ class _Run:
         return RunResults(target={}, exitstatus=1, finished=None, selection=[], tests=tests)
 
     # ------------------------------------------------------------ progress
-    def _show_progress(self, final: bool = False) -> None:
+    def _show_progress(self, final: bool = False, finished: list[TestResult] | None = None) -> None:
         """A live line: clauses done/total, the clause being run, elapsed (a terminal only)."""
         if self.progress_out is None:
             return
+        seen = self.__dict__.setdefault("_seen", {})
+        for path, _, _ in self.shards:
+            partial = Path(str(path) + ".partial")
+            if partial.exists():  # a finished shard removes it: keep what was last read
+                seen[path] = read_partial(partial)
         metas: dict[str, TestMeta] = {}
         results: list[TestResult] = []
-        for path, _, _ in self.shards:
-            m, r = read_partial(Path(str(path) + ".partial"))
+        for m, r in seen.values():
             metas.update(m)
             results += r
+        if finished is not None:  # the run is over: its final results say everything
+            results = finished
+            for r in finished:
+                metas.setdefault(r["nodeid"], r)
         tests_of: dict[str, set[str]] = {}
         for nodeid, meta in metas.items():
             for cid in meta["clauses"]:

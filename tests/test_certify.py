@@ -174,3 +174,29 @@ def test_an_interrupted_certify_stops_every_child_and_writes_an_incomplete_repor
     assert report["summary"]["incomplete"].startswith("interrupted by SIG")
     assert report["summary"]["certified"] is False and "INCOMPLETE" in report["summary"]["verdict"]
     assert "Incomplete" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_progress_is_a_live_line_per_clause_on_a_terminal_and_a_summary_per_area_otherwise(tmp_path: Path) -> None:
+    import io
+
+    from sbconform.certify import certify
+
+    live = io.StringIO()
+    assert certify("reference", tmp_path / "a", clauses=["SETTLE-DEFR-*"], jobs=2, progress=True,
+                   pytest_args=["tests/test_features.py"], out=live) == 0
+    text = live.getvalue()
+    updates = [u for u in text.split("\r") if "clauses," in u]
+    assert updates, text
+    assert any("SETTLE-DEFR-" in u for u in updates)  # the clause being run
+    final = updates[-1]
+    done, total = final.split()[0].split("/")
+    assert done == total and int(total) >= 4 and "tests" in final and final.split("\n")[0].rstrip().endswith(" s"), final
+    assert "settlement:" not in text  # the terminal has the live line instead of the area lines
+
+    quiet = io.StringIO()
+    assert certify("reference", tmp_path / "b", clauses=["SETTLE-DEFR-*"], jobs=1, progress=False,
+                   pytest_args=["tests/test_features.py"], out=quiet) == 0
+    lines = quiet.getvalue().splitlines()
+    assert "\r" not in quiet.getvalue()
+    assert any(line.strip().startswith("settlement: 4 pass") for line in lines), lines
+    assert not any("PASSED" in line or "::" in line for line in lines[:-4])  # no test runner output
