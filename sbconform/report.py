@@ -36,6 +36,8 @@ from typing import Any
 
 from spec import Catalog
 
+from .results import RunResults
+
 STATUSES = ("pass", "fail", "skip", "uncovered")
 
 #: level -> how a failure at that level counts
@@ -65,7 +67,7 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
 
 
 def build_report(
-    raw: dict[str, Any],
+    raw: RunResults,
     catalog: Catalog,
     expectations: dict[str, dict[str, str]] | None = None,
     covered: set[str] | None = None,
