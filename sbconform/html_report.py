@@ -1,5 +1,6 @@
 """A self-contained HTML report: one row per clause, one column per target, filters by
 status, area and level, each cell opening the scenarios that graded it with their reasons.
+The filters can be set from the address: ``report.html#status=fail&level=MUST,SHOULD``.
 
 No external resources (no CDN, no fonts): the page works from a file, offline, in CI artefacts.
 """
@@ -33,8 +34,16 @@ function applyFilters(){
   });
   document.getElementById('shown').textContent = shown;
 }
+function filtersFromHash(){
+  // file:///report.html#status=fail,skip&level=MUST: a link to a filtered view
+  const wanted = new URLSearchParams(location.hash.slice(1));
+  for (const [name, values] of wanted) {
+    const keep = values.split(',');
+    document.querySelectorAll('#f-'+name+' input').forEach(i => { i.checked = keep.includes(i.value); });
+  }
+}
 document.addEventListener('change', applyFilters);
-document.addEventListener('DOMContentLoaded', applyFilters);
+document.addEventListener('DOMContentLoaded', () => { filtersFromHash(); applyFilters(); });
 """
 
 

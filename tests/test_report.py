@@ -165,3 +165,30 @@ def test_compare_labels_totals_and_only_differences() -> None:
     assert f"| {B} | MUST | fail | pass |" in diff and f"| {A} |" not in diff and "1 clause(s) differ" in diff
     same = compare([a, a], CATALOG)
     assert "| t #1 | t #2 |" in same
+
+
+def test_html_filters_work_in_a_headless_browser(tmp_path: Path) -> None:
+    """Opt-in where no browser is installed (Debian: apt-get install chromium)."""
+    import shutil
+    import subprocess
+
+    from sbconform.report import write_html
+
+    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("no chromium to check the HTML report in")
+    should = _level("SHOULD")
+    a = build_report(run(result("pass", A), result("fail", B, reason="boom"), result("fail", should)), CATALOG)
+    page = write_html([a], CATALOG, tmp_path / "r.html")
+
+    def dom(fragment: str) -> str:
+        shown = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                                f"file://{page}{fragment}"], capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        return shown.stdout
+
+    everything = dom("")
+    assert f'<span id="shown">{len(CATALOG.clauses)}</span>' in everything
+    failing = dom("#status=fail")
+    assert '<span id="shown">2</span>' in failing, failing[:2000]
+    assert '<span id="shown">1</span>' in dom("#status=fail&level=MUST")
