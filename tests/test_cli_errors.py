@@ -195,3 +195,25 @@ def test_spark_workers_use_this_interpreter(monkeypatch) -> None:
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python/bin/python3")
     use_this_interpreter()
     assert os.environ["PYSPARK_PYTHON"] == "/opt/python/bin/python3"  # the user's choice stands
+
+
+def test_the_readme_spark_replay_runs_when_the_system_python_lacks_pyarrow(tmp_path, trace) -> None:
+    """Spark starts its Python workers with ``python3`` from PATH unless told otherwise; the
+    command tells it to use the interpreter running sbconform."""
+    pytest.importorskip("pyspark")
+    import shutil
+
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java for Spark")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python3", "python"):
+        (fake / name).write_text("#!/bin/sh\necho 'a python without pyarrow' >&2\nexit 1\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = f"{fake}:{env.get('PATH', '')}"
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "replay", str(trace), "--master", "local[1]",
+                          "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "0 with a violation" in run.stdout and (tmp_path / "out" / "summary.json").exists()
