@@ -1,7 +1,9 @@
 """The pytest plugin: target selection, clause and capability markers, results.
 
 - ``--sb-target NAME`` picks the broker under test (default ``reference``);
-  ``--sb-connection-string`` and ``--sb-option KEY=VALUE`` configure it.
+  ``--sb-connection-string`` (or ``$SBCONFORM_CONNECTION_STRING``, which keeps the key off the
+  command line) and ``--sb-option KEY=VALUE`` configure it. A remote target is preflighted
+  (``targets/preflight.py``): unreachable or refusing the key, the run stops with one line.
 - Gherkin tags become markers: ``@SETTLE-LOCK-003`` -> ``clauses("SETTLE-LOCK-003")``,
   ``@needs:sessions`` -> ``needs("sessions")``. Python tests use the same markers.
 - A test that needs a capability the target lacks is skipped, the reason naming both.
