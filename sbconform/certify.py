@@ -136,10 +136,13 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     raw_path = report_dir / "results.json"
     raw_path.unlink(missing_ok=True)
     root = kit_root()
+    # test arguments naming files or tests narrow the run to them; else every test of the kit
+    options_only = _options_only(list(pytest_args), root)
+    tests = [] if len(options_only) < len(pytest_args) else [str(root / "tests")]
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
         *(["-c", str(root / "pytest.ini")] if (root / "pytest.ini").exists() else []),
-        "--rootdir", str(root), str(root / "tests"),
+        "--rootdir", str(root), *tests,
         "--sb-target", target, "--sb-report-json", str(raw_path), "--sb-certify",
     ]
     for option in options:
@@ -149,7 +152,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     if trace_dir is not None:
         command += ["--sb-trace", str(Path(trace_dir).resolve())]
     # a shard names its tests itself: it takes the test arguments that are not paths
-    base = [c for c in command if c != str(root / "tests")] + _options_only(list(pytest_args), root)
+    base = [c for c in command if c != str(root / "tests")] + options_only
     command += list(pytest_args)
     env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile, "SBCONFORM_CERTIFY_CHILD": "1"}
     env.pop(CONNECTION_STRING_ENV, None)

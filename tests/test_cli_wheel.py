@@ -95,8 +95,10 @@ def test_the_wheel_certifies_an_sbconform_serve_endpoint(installed, tmp_path) ->
         port = re.search(r"listening on [^:]+:(\d+)", first)
         assert port, first + serve.stdout.read()
         connection_string = serve.stdout.readline().strip()
-        result = run(installed, "certify", "--target", "sdk", "--clause", "SETTLE-DEFR-*", "--report-dir",
-                     str(tmp_path / "r"), cwd=tmp_path, env={**os.environ, "SBCONFORM_CONNECTION_STRING": connection_string})
+        # the scenarios only (test arguments name the kit's files): the differential machine takes
+        # half a minute in real time, and tests/test_sdk_certify.py runs it from the checkout
+        result = run(installed, "certify", "--target", "sdk", "--clause", "SETTLE-DEFR-001", "--report-dir",
+                     str(tmp_path / "r"), "--", "tests/test_features.py", cwd=tmp_path, env={**os.environ, "SBCONFORM_CONNECTION_STRING": connection_string})
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         report = json.loads((tmp_path / "r" / "report.json").read_text())
         assert report["clauses"]["SETTLE-DEFR-001"]["status"] == "pass", report["clauses"]["SETTLE-DEFR-001"]
