@@ -217,3 +217,28 @@ def test_the_readme_spark_replay_runs_when_the_system_python_lacks_pyarrow(tmp_p
                          timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "0 with a violation" in run.stdout and (tmp_path / "out" / "summary.json").exists()
+
+
+def test_generate_shows_a_live_line_on_a_terminal_only(tmp_path, monkeypatch, capsys) -> None:
+    pytest.importorskip("pyarrow")
+    import sbconform.commands.generate as command
+
+    assert main(["generate", "--events", "3000", "--entities", "2", "--out", str(tmp_path / "a")]) == 0
+    assert "\r" not in capsys.readouterr().out  # not a terminal: the summary line only
+
+    shown: list[int] = []
+    real = command._progress_line
+
+    def spy(total, started):
+        inner = real(total, started)
+
+        def show(done):
+            shown.append(done)
+            inner(done)
+        return show
+
+    monkeypatch.setattr(command, "_progress_line", spy)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert main(["generate", "--events", "30000", "--entities", "2", "--out", str(tmp_path / "b")]) == 0
+    assert shown and shown == sorted(shown) and shown[-1] >= 0
+    assert "/30,000 events, " in capsys.readouterr().out  # the live line

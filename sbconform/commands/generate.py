@@ -37,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         result = generate(temp, args.events, clients=args.clients, entities=args.entities, partitions=args.partitions,
-                          seed=args.seed, inject=inject, layout=_layout(args, out), buckets=args.buckets)
+                          seed=args.seed, inject=inject, layout=_layout(args, out), buckets=args.buckets,
+                          progress=_progress_line(args.events, started) if sys.stdout.isatty() else None)
+        if sys.stdout.isatty():
+            print("\r" + " " * 79 + "\r", end="", flush=True)
         _move_into_place(temp, out, result)
     except ValueError as error:
         _remove(temp)
@@ -64,6 +67,21 @@ def run(args: argparse.Namespace) -> int:
     for kind in result["not_planted"]:
         print(f"  NOT injected {kind}: no place for it in this trace (more --events?)")
     return 0 if not result["not_planted"] else 2
+
+
+def _progress_line(total: int, started: float):
+    """A live line on a terminal: events written of the total, elapsed, rate (at most 5 a second)."""
+    last = [0.0]
+
+    def show(done: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] < 0.2:
+            return
+        last[0] = now
+        elapsed = max(now - started, 1e-6)
+        print(f"\r  {min(done, total):,}/{total:,} events, {elapsed:.0f} s, {done / elapsed:,.0f} events/s",
+              end="", flush=True)
+    return show
 
 
 def _layout(args: argparse.Namespace, out: Path) -> str:
