@@ -217,6 +217,19 @@ def test_the_readme_spark_replay_runs_when_the_system_python_lacks_pyarrow(tmp_p
                          timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "0 with a violation" in run.stdout and (tmp_path / "out" / "summary.json").exists()
+    assert "Exception" not in run.stderr and "\tat " not in run.stderr  # Spark's log is not the user's output
+
+    # a worker interpreter the user chose and that cannot run: one line, no verdict (2, never 1)
+    env["PYSPARK_PYTHON"] = str(fake / "python3")
+    broken = subprocess.run([sys.executable, "-m", "sbconform.cli", "replay", str(trace), "--master", "local[1]",
+                             "--out", str(tmp_path / "out2")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert broken.returncode == 2, broken.stdout[-2000:] + broken.stderr[-3000:]
+    lines = [line for line in broken.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no verdict" in lines[0] and "Spark's log: " in lines[0], broken.stderr[-3000:]
+    log = lines[0].split("Spark's log: ")[1].rstrip(")")
+    assert Path(log).exists() and Path(log).stat().st_size > 0
+    Path(log).unlink()
 
 
 def test_generate_shows_a_live_line_on_a_terminal_only(tmp_path, monkeypatch, capsys) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +68,30 @@ def use_this_interpreter() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+@contextlib.contextmanager
+def spark_log():
+    """Spark's JVM and workers write their logs (and every failed task's Java stack) to the
+    standard error they inherit: point it at a file while Spark starts and runs, so the user
+    sees one line, and the file (named in the error) holds the rest. Removed after a success."""
+    fd, path = tempfile.mkstemp(prefix="sbconform-spark-", suffix=".log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    failed = False
+    try:
+        yield path
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+        if not failed:
+            os.unlink(path)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..trace.replay import exit_code, local_summary, locate, replay_local, replay_spark
     from ..trace.schema import TraceFormatError
@@ -94,7 +120,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             use_this_interpreter()
             out = args.out or "replay-out"
-            summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout, reader=args.reader)
+            with spark_log() as log:
+                try:
+                    summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout,
+                                           reader=args.reader)
+                except Exception as error:
+                    error.spark_log = log  # type: ignore[attr-defined]
+                    raise
     except (TraceFormatError, FileNotFoundError) as error:
         print(f"sbconform replay: {error}", file=sys.stderr)
         return 2
@@ -107,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
         return 130
     except Exception as error:  # a crash is never a verdict: 1 means violations found
         lines = [line for line in str(error).splitlines() if line.strip()]
+        log = getattr(error, "spark_log", None)
         print(f"sbconform replay: the replay failed, no verdict: {type(error).__name__}: "
-              f"{lines[0][:300] if lines else ''}", file=sys.stderr)
+              f"{lines[0][:300] if lines else ''}" + (f" (Spark's log: {log})" if log else ""), file=sys.stderr)
         return 2
     print_summary(summary, args.out or (None if args.local else "replay-out"))
     if not summary.get("events"):
