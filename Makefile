@@ -4,26 +4,33 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# make certify needs only the kit (pytest, pytest-bdd, Hypothesis); make test adds Spark, the SDK, containers
 EXTRAS ?= test,spark,sdk,containers
 REPORT_DIR ?= reports/reference
 
-.PHONY: setup certify test bench bench-sdk serve clean
+.PHONY: setup setup-certify certify test bench bench-sdk serve clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.base: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.base
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
+setup-certify: $(BIN)/.base
+
 setup: $(BIN)/.installed
 
-certify: setup
+certify: setup-certify
 	$(BIN)/sbconform certify --target reference --report-dir $(REPORT_DIR)
 
 test: setup
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q
 
-bench: setup
+bench: setup-certify
 	$(BIN)/python benchmarks/model_cycle.py
 
 bench-sdk: setup

@@ -1,8 +1,17 @@
 """``sbconform certify``: run the kit against a target and write its report.
 
-The features and the tests run in a child pytest process (a clean interpreter per run),
-with the sbconform plugin writing every test's clauses and outcome; those results are
-then folded into ``report.json`` and ``report.md`` (see ``report.py``).
+The features and the tests run in child pytest processes (a clean interpreter per run,
+each in its own process group), with the sbconform plugin writing every test's clauses and
+outcome (``sbconform.results``); those results are then folded into ``report.json``,
+``report.md`` and, on request, JUnit XML and HTML (see ``report.py``).
+
+What the user gets wrong is said before anything runs, in one line, exit 2 (:class:`CertifyError`):
+a report directory that is a file, a missing expectations file, an unknown target or option,
+a clause pattern that matches nothing, and (preflight, ``targets/preflight.py``) a target that
+cannot be reached or refuses the key. The connection string goes to the children through the
+environment, never on a command line; the children's output goes, masked, to ``run.log``.
+Ctrl-C or SIGTERM stops every child (their process groups), writes the report of what
+finished, marked incomplete, and exits 130.
 """
 
 from __future__ import annotations
@@ -12,14 +21,29 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from spec import load_catalog
 
-from .coverage import REPO
-from .report import build_report, load_expectations, write_report
+from .coverage import kit_root
+from .report import build_report, load_expectations, selects, write_junit, write_report
+from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial
+from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
+
+INTERRUPTED = 130
+
+
+class CertifyError(Exception):
+    """A mistake in what certify was asked to do: one line, exit 2, no report."""
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def certify(
@@ -34,134 +58,376 @@ def certify(
     trace_dir: Path | None = None,
     jobs: int = 1,
     shard_timeout: float | None = None,
+    junit_xml: Path | None = None,
+    html: Path | None = None,
+    progress: bool | None = None,
+    out: TextIO | None = None,
 ) -> int:
-    """Returns 0 if no clause fails unexpectedly, 1 if one does, 2 if the run broke.
+    """Returns 0 if no MUST clause fails unexpectedly, 1 if one does, 2 if the run could not be
+    made (bad input, unreachable target, a broken test run), 130 if interrupted.
 
     ``jobs > 1`` splits the selected tests into that many pytest processes run side by
     side (each with its own target, so a real-time target's waits overlap); their
     results are merged into one report. ``shard_timeout`` (seconds) stops a shard still
     running after that long: its results so far are kept and each of its tests without a
     result is reported as failed, "timed out"."""
+    out = out or sys.stdout
+    try:
+        return _certify(target, Path(report_dir), options, connection_string, expectations, hypothesis_profile,
+                        pytest_args, clauses, trace_dir, jobs, shard_timeout, junit_xml, html, progress, out)
+    except CertifyError as error:
+        print(f"sbconform certify: {mask(str(error))}", file=sys.stderr, flush=True)
+        return 2
+
+
+def _validate(target: str, report_dir: Path, options: Sequence[str], connection_string: str | None,
+              expectations: Path | None, clauses: Sequence[str], jobs: int) -> tuple[dict, dict]:
+    from .targets import make_target, names, parse_options
+    from .targets.preflight import PreflightError, check
+
+    if report_dir.exists() and not report_dir.is_dir():
+        raise CertifyError(f"--report-dir {report_dir}: is a file, not a directory")
+    if jobs < 1:
+        raise CertifyError(f"--jobs {jobs}: must be at least 1")
+    if expectations is not None and not Path(expectations).is_file():
+        raise CertifyError(f"--expectations {expectations}: no such file")
+    try:
+        expected = load_expectations(expectations)
+    except ValueError as error:
+        raise CertifyError(str(error)) from None
     catalog = load_catalog()
-    expected = load_expectations(expectations)
-    report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    unknown = sorted(set(expected) - set(catalog.clauses))
+    if unknown:
+        raise CertifyError(f"--expectations {expectations}: unknown clauses {', '.join(unknown)}")
+    for arg in clauses:
+        for pattern in (p.strip() for p in arg.split(",") if p.strip()):
+            if not any(selects(pattern, c) for c in catalog.clauses.values()):
+                raise CertifyError(f"--clause {pattern!r} matches no clause (an id, a glob like PART-KEY-*, "
+                                   f"or an area: {', '.join(sorted(catalog.areas))})")
+    try:
+        parsed = parse_options(list(options))
+    except ValueError as error:
+        raise CertifyError(f"--option: {error}") from None
+    if connection_string:
+        parsed["connection_string"] = connection_string
+    if target in names(include_test_only=True):
+        try:
+            make_target(target, **parsed)  # options are checked by the target's constructor
+        except ValueError as error:
+            raise CertifyError(f"--target {target}: {error}") from None
+        try:
+            check(target, parsed)
+        except PreflightError as error:
+            raise CertifyError(f"target {target!r}: {error}") from None
+    elif not target.startswith("mutant-"):  # the kit's own broken targets are registered by its tests
+        raise CertifyError(f"unknown target {target!r}; known targets: {', '.join(names())}")
+    return expected, parsed
+
+
+def _certify(target, report_dir, options, connection_string, expectations, hypothesis_profile, pytest_args, clauses,
+             trace_dir, jobs, shard_timeout, junit_xml, html, progress, out) -> int:
+    connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
+    expected, _ = _validate(target, report_dir, options, connection_string, expectations, clauses, jobs)
+    catalog = load_catalog()
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CertifyError(f"--report-dir {report_dir}: cannot create it: {error.strerror}") from None
     raw_path = report_dir / "results.json"
     raw_path.unlink(missing_ok=True)
+    root = kit_root()
+    # test arguments naming files or tests narrow the run to them; else every test of the kit
+    options_only = _options_only(list(pytest_args), root)
+    tests = [] if len(options_only) < len(pytest_args) else [str(root / "tests")]
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests"),
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+        *(["-c", str(root / "pytest.ini")] if (root / "pytest.ini").exists() else []),
+        "--rootdir", str(root), *tests,
         "--sb-target", target, "--sb-report-json", str(raw_path), "--sb-certify",
     ]
     for option in options:
         command += ["--sb-option", option]
-    if connection_string:
-        command += ["--sb-connection-string", connection_string]
     for pattern in clauses:
         command += ["--sb-clause", pattern]
     if trace_dir is not None:
         command += ["--sb-trace", str(Path(trace_dir).resolve())]
+    # a shard names its tests itself: it takes the test arguments that are not paths
+    base = [c for c in command if c != str(root / "tests")] + options_only
     command += list(pytest_args)
     env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile, "SBCONFORM_CERTIFY_CHILD": "1"}
-    print(f"sbconform: certifying target {target!r}: {' '.join(command[3:])}", flush=True)
-    if jobs > 1:
-        raw = _run_sharded(command, raw_path, env, jobs, shard_timeout)
-        if raw is None:
-            return 2
-    else:
-        run = subprocess.run(command, cwd=REPO, env=env)
-        if not raw_path.exists() or run.returncode not in (0, 1):
-            print(f"sbconform: the test run broke (pytest exit status {run.returncode}); no report written", file=sys.stderr)
-            return 2
-        raw = json.loads(raw_path.read_text(encoding="utf-8"))
+    env.pop(CONNECTION_STRING_ENV, None)
+    if connection_string:
+        env[CONNECTION_STRING_ENV] = connection_string  # never on the command line (ps shows it)
+    secrets = tuple(s for s in (key_of(connection_string),) if s)
+    log_path = report_dir / "run.log"
+    interactive = out.isatty() if progress is None else progress
+    print(f"sbconform: certifying target {target!r}" + (f" with {jobs} jobs" if jobs > 1 else "")
+          + (f", clauses {' '.join(clauses)}" if clauses else "") + f"; test output in {log_path}", file=out, flush=True)
+    run = _Run(command, base, raw_path, env, root, log_path, secrets, catalog, out if interactive else None)
+    previous = {s: signal.signal(s, run.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    incomplete = None
+    try:
+        raw = run.execute(jobs, shard_timeout)
+    except Interrupted as stop:
+        incomplete = f"interrupted by {stop}"
+        raw = run.partial_results()
+    finally:
+        run.stop_all()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        run.close()
+    if raw is None:
+        print(f"sbconform certify: the test run broke ({run.broke}); no report written; full output in {log_path}",
+              file=sys.stderr, flush=True)
+        return 2
     covered = None
     if pytest_args:  # narrowed by pytest arguments: what it did not run is not thereby uncovered
         from .coverage import check
 
-        covered = {use.clause for use in check(catalog=catalog).uses}
-    report = build_report(raw, catalog, expected, covered)
-    json_path, md_path = write_report(report, catalog, report_dir)
+        covered = {use.clause for use in check(root, catalog=catalog).uses}
+    report = build_report(raw, catalog, expected, covered, narrowed=bool(pytest_args), incomplete=incomplete)
+    json_path, md_path = write_report(report, catalog, report_dir, secrets=secrets)
+    written = [json_path, md_path]
+    if junit_xml:
+        written.append(write_junit(report, Path(junit_xml)))
+    if html:
+        from .report import write_html
+
+        written.append(write_html([report], catalog, Path(html)))
     s = report["summary"]
-    print(
-        f"sbconform: {target}: {s['pass']} pass, {s['fail']} fail ({s['expected_fail']} expected), "
-        f"{s['skip']} skip, {s['uncovered']} uncovered of {s['total']} clauses -> "
-        f"{'CERTIFIED' if s['certified'] else 'NOT CERTIFIED'}\n  {json_path}\n  {md_path}",
-        flush=True,
-    )
-    return 0 if s["certified"] else 1
+    if not interactive:
+        for area, counts in s["by_area"].items():
+            print(f"  {area}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered")),
+                  file=out)
+    print(f"sbconform: {target}: {s['pass']} pass, {s['fail']} fail ({s['strict_fail']} MUST, {s['non_strict_fail']} "
+          f"SHOULD/MAY, {s['informational_fail']} INFO, {s['expected_fail']} expected), {s['skip']} skip, "
+          f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}\n"
+          + "\n".join(f"  {p}" for p in written), file=out, flush=True)
+    if incomplete:
+        print(f"sbconform certify: {incomplete}: the children were stopped; partial report marked incomplete",
+              file=sys.stderr, flush=True)
+        return INTERRUPTED
+    return 0 if s["passed"] else 1
 
 
-def _run_sharded(
-    command: list[str], raw_path: Path, env: dict[str, str], jobs: int, timeout: float | None = None
-) -> dict | None:
-    """Collect the selected tests once, run them in ``jobs`` pytest processes, merge the results."""
-    collect = [c for c in command if c not in ("--sb-report-json", str(raw_path))]
-    listing = subprocess.run(collect + ["--collect-only"], cwd=REPO, env=env, capture_output=True, text=True)
-    if listing.returncode not in (0, 5):
-        print(f"sbconform: collecting the tests failed:\n{listing.stdout[-2000:]}{listing.stderr[-2000:]}", file=sys.stderr)
-        return None
-    ids = [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]
-    if not ids:
-        print(f"sbconform: no tests collected:\n{listing.stdout[-2000:]}", file=sys.stderr)
-        return None
-    shards = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
-    base = [c for c in command if not c.endswith("/tests") and c != str(REPO / "tests")]
-    runs = []
-    for i, shard in enumerate(shards):
-        path = raw_path.with_name(f"results.{i}.json")
-        path.unlink(missing_ok=True)
-        Path(str(path) + ".partial").unlink(missing_ok=True)
-        args = [c if c != str(raw_path) else str(path) for c in base]
-        # own process group: a stuck shard is stopped together with the processes it started
-        runs.append((path, shard, subprocess.Popen(args + shard, cwd=REPO, env=env, start_new_session=True)))
-    deadline = None if timeout is None else time.monotonic() + timeout
-    merged: dict | None = None
-    broke = False
-    for path, shard, process in runs:
+class _Run:
+    """The child pytest processes of one certification, their logs, progress and stopping."""
+
+    def __init__(self, command, base, raw_path: Path, env, root: Path, log_path: Path, secrets, catalog, progress_out) -> None:
+        self.command, self.base, self.raw_path, self.env, self.root = command, base, raw_path, env, root
+        self.secrets, self.catalog = secrets, catalog
+        self.log = log_path.open("w", encoding="utf-8")
+        self.log_lock = threading.Lock()
+        self.processes: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.shards: list[tuple[Path, list[str] | None, subprocess.Popen]] = []
+        self.broke = ""
+        self.progress_out = progress_out
+        self.started = time.monotonic()
+        self.stopping = False
+
+    def on_signal(self, signum, frame) -> None:
+        if not self.stopping:
+            self.stopping = True
+            raise Interrupted(signum)
+
+    # ------------------------------------------------------------ children
+    def _spawn(self, args: list[str], name: str) -> subprocess.Popen:
+        process = subprocess.Popen(args, cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, errors="replace", start_new_session=True)
+        self.processes.append(process)
+        thread = threading.Thread(target=self._pump, args=(process, name), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return process
+
+    def _pump(self, process: subprocess.Popen, name: str) -> None:
+        for line in process.stdout:  # type: ignore[union-attr]
+            text = mask(line)
+            for secret in self.secrets:
+                text = text.replace(secret, "***")
+            with self.log_lock:
+                self.log.write(f"[{name}] {text}")
+                self.log.flush()
+            self.last_line = text.strip() or getattr(self, "last_line", "")
+
+    def stop_all(self, grace: float = 5.0) -> None:
+        """SIGTERM every child's process group (the tests and what they started), SIGKILL after ``grace``."""
+        alive = [p for p in self.processes if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        for p in alive:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.processes:
+            try:  # the group may outlive its leader (a server the tests started)
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def close(self) -> None:
+        for thread in self.threads:
+            thread.join(2)
+        self.log.close()
+
+    # ------------------------------------------------------------ running
+    def execute(self, jobs: int, timeout: float | None) -> RunResults | None:
+        if jobs > 1:
+            ids = self._collect()
+            if ids is None:
+                return None
+            shards = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
+        else:
+            shards = [None]
+        base = self.base
+        for i, shard in enumerate(shards):
+            path = self.raw_path if shard is None else self.raw_path.with_name(f"results.{i}.json")
+            path.unlink(missing_ok=True)
+            Path(str(path) + ".partial").unlink(missing_ok=True)
+            args = self.command if shard is None else [c if c != str(self.raw_path) else str(path) for c in base] + shard
+            self.shards.append((path, shard, self._spawn(args, f"job {i + 1}" if shard is not None else "tests")))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        parts: list[RunResults] = []
+        for path, shard, process in self.shards:
+            while True:
+                self._show_progress()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0 and process.poll() is None:
+                    parts.append(self._stop_shard(process, path, shard, timeout))
+                    break
+                try:
+                    code = process.wait(0.5 if remaining is None else max(0.01, min(0.5, remaining)))
+                except subprocess.TimeoutExpired:
+                    continue
+                if not path.exists() or code not in (0, 1):
+                    self.broke = f"test process exit status {code}: {getattr(self, 'last_line', '') or 'no output'}"
+                    break
+                parts.append(json.loads(path.read_text(encoding="utf-8")))
+                if shard is not None:
+                    path.unlink()
+                break
+        if self.broke or not parts:
+            self._show_progress(final=True)
+            self.broke = self.broke or "no results"
+            return None
+        merged = _merge(parts)
+        self._show_progress(final=True, finished=merged["tests"])
+        self.raw_path.write_text(json.dumps(merged, indent=2, default=str), encoding="utf-8")
+        return merged
+
+    def _collect(self) -> list[str] | None:
+        collect = [c for c in self.command if c not in ("--sb-report-json", str(self.raw_path))]
+        listing = subprocess.run(collect + ["--collect-only"], cwd=self.root, env=self.env, capture_output=True, text=True)
+        with self.log_lock:
+            self.log.write(mask(listing.stdout[-20000:] + listing.stderr[-5000:]))
+        if listing.returncode not in (0, 5):
+            lines = [line for line in (listing.stdout + listing.stderr).splitlines() if line.strip()]
+            self.broke = f"collecting the tests failed: {mask(lines[-1]) if lines else 'no output'}"
+            return None
+        ids = [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+        if not ids:
+            self.broke = "no tests were selected"
+            return None
+        return ids
+
+    def partial_results(self) -> RunResults:
+        """What the shards finished before they were stopped; unfinished tests are not graded."""
+        parts: list[RunResults] = []
+        for path, shard, process in self.shards:
+            if path.exists():
+                try:
+                    parts.append(json.loads(path.read_text(encoding="utf-8")))
+                    continue
+                except ValueError:
+                    pass
+            _, tests = read_partial(Path(str(path) + ".partial"))
+            parts.append(RunResults(target={}, finished=None, exitstatus=2, selection=[], tests=tests))
+        merged = _merge(parts) if parts else RunResults(target={}, finished=None, exitstatus=2, selection=[], tests=[])
+        if not merged["target"]:
+            merged["target"] = {"name": self.command[self.command.index("--sb-target") + 1]}
+        return merged
+
+    def _stop_shard(self, process: subprocess.Popen, path: Path, shard: list[str] | None, timeout: float | None) -> RunResults:
+        """Kill a shard that outran the timeout; keep its results so far, fail its unfinished tests."""
         try:
-            code = process.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            part = _stop_shard(process, path, shard, timeout)
-        else:
-            if not path.exists() or code not in (0, 1):
-                print(f"sbconform: a test shard broke (pytest exit status {code})", file=sys.stderr)
-                broke = True
-                continue
-            part = json.loads(path.read_text(encoding="utf-8"))
-            path.unlink()
-        if merged is None:
-            merged = part
-        else:
-            merged["tests"] += part["tests"]
-            merged["target"] = merged["target"] or part["target"]
-            merged["selection"] = merged["selection"] or part["selection"]
-            merged["exitstatus"] = max(merged["exitstatus"], part["exitstatus"])
-    if broke or merged is None:
-        return None
-    raw_path.write_text(json.dumps(merged, indent=2, default=str), encoding="utf-8")
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        partial = Path(str(path) + ".partial")
+        metas, tests = read_partial(partial)
+        partial.unlink(missing_ok=True)
+        done = {t["nodeid"] for t in tests}
+        reason = f"timed out: the test process was still running after {timeout:g} s and was stopped"
+        stuck = [nodeid for nodeid in (shard or list(metas)) if nodeid not in done]
+        print(f"sbconform: a test process timed out after {timeout:g} s; not finished: {', '.join(stuck)}",
+              file=sys.stderr)
+        for nodeid in stuck:
+            meta: TestMeta = metas.get(nodeid) or default_meta(nodeid)
+            tests.append(make_result(nodeid, meta, "call", "fail", reason))
+        return RunResults(target={}, exitstatus=1, finished=None, selection=[], tests=tests)
+
+    # ------------------------------------------------------------ progress
+    def _show_progress(self, final: bool = False, finished: list[TestResult] | None = None) -> None:
+        """A live line: clauses done/total, the clause being run, elapsed (a terminal only)."""
+        if self.progress_out is None:
+            return
+        seen = self.__dict__.setdefault("_seen", {})
+        for path, _, _ in self.shards:
+            partial = Path(str(path) + ".partial")
+            if partial.exists():  # a finished shard removes it: keep what was last read
+                seen[path] = read_partial(partial)
+        metas: dict[str, TestMeta] = {}
+        results: list[TestResult] = []
+        for m, r in seen.values():
+            metas.update(m)
+            results += r
+        if finished is not None:  # the run is over: its final results say everything
+            results = finished
+            for r in finished:
+                metas.setdefault(r["nodeid"], r)
+        tests_of: dict[str, set[str]] = {}
+        for nodeid, meta in metas.items():
+            for cid in meta["clauses"]:
+                tests_of.setdefault(cid, set()).add(nodeid)
+        finished = {r["nodeid"] for r in results if r["phase"] in ("call", "setup") and
+                    (r["phase"] == "call" or r["outcome"] != "pass")}
+        failed = {c for r in results if r["outcome"] in ("fail", "xpass") for c in r["clauses"]}
+        done = [c for c, ids in tests_of.items() if ids <= finished]
+        current = results[-1]["clauses"][0] if results and results[-1]["clauses"] else ""
+        elapsed = time.monotonic() - self.started
+        line = (f"  {len(done)}/{len(tests_of) or '?'} clauses, {len(finished)}/{len(metas) or '?'} tests"
+                f"{f', {len(failed)} failing' if failed else ''}  {current:<18} {elapsed:5.0f} s")
+        self.progress_out.write("\r" + line[:120].ljust(80) + ("\n" if final else ""))
+        self.progress_out.flush()
+
+
+def _options_only(args: list[str], root: Path) -> list[str]:
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        takes_value = i > 0 and args[i - 1] in ("-k", "-m", "-p", "-o", "--deselect", "--ignore")
+        if not arg.startswith("-") and not takes_value and (root / arg.split("::")[0]).exists():
+            continue
+        out.append(arg)
+    return out
+
+
+def _merge(parts: list[RunResults]) -> RunResults:
+    merged = RunResults(target={}, finished=None, exitstatus=0, selection=[], tests=[])
+    for part in parts:
+        merged["tests"] += part["tests"]
+        merged["target"] = merged["target"] or part.get("target") or {}
+        merged["selection"] = merged["selection"] or part.get("selection") or []
+        merged["finished"] = part.get("finished") or merged["finished"]
+        merged["exitstatus"] = max(merged["exitstatus"], part.get("exitstatus", 0))
     return merged
-
-
-def _stop_shard(process: subprocess.Popen, path: Path, shard: list[str], timeout: float | None) -> dict:
-    """Kill a shard that outran the timeout; keep its results so far, fail its unfinished tests."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-    partial = Path(str(path) + ".partial")
-    lines = []
-    if partial.exists():
-        lines = [json.loads(line) for line in partial.read_text(encoding="utf-8").splitlines() if line.strip()]
-        partial.unlink()
-    metas = {line.pop("collected"): line for line in lines if "collected" in line}
-    tests = [line for line in lines if "nodeid" in line]
-    done = {t["nodeid"] for t in tests}
-    reason = f"timed out: the test shard was still running after {timeout:g} s and was stopped"
-    stuck = [nodeid for nodeid in shard if nodeid not in done]
-    print(f"sbconform: a test shard timed out after {timeout:g} s; not finished: {', '.join(stuck)}", file=sys.stderr)
-    for nodeid in stuck:
-        meta = metas.get(nodeid, {"title": nodeid, "clauses": [], "needs": [], "kind": "test", "uses_target": True})
-        tests.append({"nodeid": nodeid, "name": meta["title"], "phase": "call", "outcome": "fail",
-                      "reason": reason, "duration": 0.0, **meta})
-    return {"target": {}, "exitstatus": 1, "selection": [], "tests": tests}
-

@@ -5,22 +5,51 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 
 from . import commands
 
 
+def version() -> str:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("sbconform")
+    except Exception:  # running from a checkout that is not installed
+        from . import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sbconform", description="Azure Service Bus conformance kit")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"sbconform {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    for choice in sub.choices.values():  # every option shows its default in --help
+        if choice.formatter_class is argparse.HelpFormatter:
+            choice.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)  # SIGTERM ends a command as Ctrl-C does
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # a command without its own handling: one line, no traceback
+        print(f"sbconform {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `sbconform ... | head`
+        sys.stderr.close()
+        return 0
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -21,6 +21,16 @@ from spec import Catalog, load_catalog
 
 CLAUSE_TAG = re.compile(r"^[A-Z]+(?:-[A-Z]+)+-\d{3}$")
 REPO = Path(__file__).resolve().parent.parent
+#: where an installed wheel keeps the features and the tests (``setup.py`` puts them there)
+INSTALLED_KIT = Path(__file__).resolve().parent / "_kit"
+
+
+def kit_root() -> Path:
+    """The directory holding ``features/`` and ``tests/``: the checkout this module runs
+    from, else the copy inside the installed package."""
+    if (REPO / "features").is_dir() and (REPO / "tests" / "conftest.py").is_file():
+        return REPO
+    return INSTALLED_KIT
 
 
 @dataclass(frozen=True)
@@ -134,7 +144,7 @@ def scan_tests(tests_dir: Path, coverage: Coverage, root: Path) -> None:
 
 def check(root: Path | str | None = None, catalog: Catalog | None = None) -> Coverage:
     """Scan ``root``'s features/ and tests/ against the catalog."""
-    root = Path(root) if root is not None else REPO
+    root = Path(root) if root is not None else kit_root()
     coverage = Coverage(catalog or load_catalog())
     if (root / "features").is_dir():
         scan_features(root / "features", coverage, root)

@@ -1,7 +1,9 @@
 """The pytest plugin: target selection, clause and capability markers, results.
 
 - ``--sb-target NAME`` picks the broker under test (default ``reference``);
-  ``--sb-connection-string`` and ``--sb-option KEY=VALUE`` configure it.
+  ``--sb-connection-string`` (or ``$SBCONFORM_CONNECTION_STRING``, which keeps the key off the
+  command line) and ``--sb-option KEY=VALUE`` configure it. A remote target is preflighted
+  (``targets/preflight.py``): unreachable or refusing the key, the run stops with one line.
 - Gherkin tags become markers: ``@SETTLE-LOCK-003`` -> ``clauses("SETTLE-LOCK-003")``,
   ``@needs:sessions`` -> ``needs("sessions")``. Python tests use the same markers.
 - A test that needs a capability the target lacks is skipped, the reason naming both.
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -30,7 +33,9 @@ from reference import ServiceBusError
 from spec import CatalogError, load_catalog
 
 from .report import selects
-from .targets import Target, make_target, names
+from .results import Collected, RunResults, make_result
+from .secrets import ENV as CONNECTION_STRING_ENV, mask
+from .targets import Target, make_target, names, parse_options
 
 CLAUSE_TAG = re.compile(r"^[A-Z]+(?:-[A-Z]+)+-\d{3}$")
 NEEDS_PREFIX = "needs:"
@@ -50,8 +55,10 @@ def catalog():
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sbconform", "sbconform conformance kit")
-    group.addoption("--sb-target", default="reference", help=f"target under test (one of: {', '.join(names())})")
-    group.addoption("--sb-connection-string", default=None, help="connection string for targets that need one")
+    group.addoption("--sb-target", default="reference", help=f"target under test (one of: {', '.join(names())}; default reference)")
+    group.addoption("--sb-connection-string", default=None,
+                    help=f"connection string for targets that need one (default: ${CONNECTION_STRING_ENV}; "
+                         "prefer the variable: a command line is visible to every user of the machine)")
     group.addoption(
         "--sb-option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)"
     )
@@ -82,14 +89,13 @@ def clause_selection(config: pytest.Config) -> list[str]:
 
 
 def target_options(config: pytest.Config) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for item in config.getoption("--sb-option") or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise pytest.UsageError(f"--sb-option expects KEY=VALUE, got {item!r}")
-        options[key.strip().replace("-", "_")] = value
-    if config.getoption("--sb-connection-string"):
-        options["connection_string"] = config.getoption("--sb-connection-string")
+    try:
+        options = parse_options(config.getoption("--sb-option") or [])
+    except ValueError as error:
+        raise pytest.UsageError(f"--sb-option: {error}") from None
+    connection_string = config.getoption("--sb-connection-string") or os.environ.get(CONNECTION_STRING_ENV)
+    if connection_string:
+        options["connection_string"] = connection_string
     return options
 
 
@@ -133,7 +139,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config._sb_session = TargetSession(config.getoption("--sb-target"), target_options(config))
         config._sb_session.capabilities  # fail early on an unknown target
     except ValueError as error:
-        raise pytest.UsageError(str(error)) from error
+        raise pytest.UsageError(mask(str(error))) from None
+    if not os.environ.get("SBCONFORM_CERTIFY_CHILD") and getattr(config, "workerinput", None) is None \
+            and not config.getoption("--collect-only"):
+        # certify preflights once, in the parent; a plain pytest run does it here
+        from .targets.preflight import PreflightError, check
+
+        try:
+            check(config._sb_session.name, config._sb_session.options)
+        except PreflightError as error:
+            raise pytest.UsageError(f"target {config._sb_session.name!r}: {error}") from None
     config._sb_results = []
     config._sb_meta = {}
 
@@ -232,7 +247,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if path and getattr(config, "workerinput", None) is None:
         Path(str(path) + ".partial").unlink(missing_ok=True)
         for item in items:  # what each test checks, should the run be killed before it reports
-            _append_partial(config, {"collected": item.nodeid, **config._sb_meta[item.nodeid]})
+            _append_partial(config, Collected(collected=item.nodeid, **config._sb_meta[item.nodeid]))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -287,15 +302,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             reason = getattr(report, "wasxfail", "") or _skip_reason(report)
         elif report.failed:
             reason = _failure_reason(report)
-        result = {
-            "nodeid": item.nodeid,
-            "name": meta["title"],
-            "phase": report.when,
-            "outcome": {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),
-            "reason": reason,
-            "duration": round(report.duration, 4),
-            **meta,
-        }
+        result = make_result(item.nodeid, meta, report.when,
+                             {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),  # type: ignore[arg-type]
+                             mask(reason), report.duration)
         if report.when == "call":
             result["uses_target"] = item.config._sb_session.made > 0
         item.config._sb_results.append(result)
@@ -335,13 +344,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not path or getattr(config, "workerinput", None) is not None:
         return
     sb = config._sb_session
-    data = {
-        "target": sb.probe.describe(),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "exitstatus": int(exitstatus),
-        "selection": getattr(config, "_sb_selection", []),
-        "tests": config._sb_results,
-    }
+    data = RunResults(
+        target=sb.probe.describe(),
+        finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        exitstatus=int(exitstatus),
+        selection=getattr(config, "_sb_selection", []),
+        tests=config._sb_results,
+    )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
     Path(str(path) + ".partial").unlink(missing_ok=True)

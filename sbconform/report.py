@@ -15,6 +15,14 @@ Expectations (web-platform-tests style) live outside the tests, in a TOML file p
 target: ``[clauses."SETTLE-LOCK-009"] status = "fail" reason = "..."``. A clause that
 fails as expected is reported as ``fail`` with ``expected = true`` and does not make
 certification fail.
+
+Verdicts follow the clause levels (as Autobahn grades "strict" and "non-strict"): a
+failing MUST clause is a **strict** failure and fails certification; a failing SHOULD or
+MAY clause is **non-strict** and an INFO clause **informational**: both are reported, and
+neither fails certification. An unexpected pass (the expectations file is wrong) fails it
+whatever the level. A run narrowed to some clauses (``--clause``, or pytest arguments)
+grades those clauses only and is never "CERTIFIED": its verdict says "selected clauses".
+An interrupted run's report is marked incomplete and certifies nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +36,12 @@ from typing import Any
 
 from spec import Catalog
 
+from .results import RunResults
+
 STATUSES = ("pass", "fail", "skip", "uncovered")
+
+#: level -> how a failure at that level counts
+GRADES = {"MUST": "strict", "SHOULD": "non-strict", "MAY": "non-strict", "INFO": "informational"}
 
 
 def selects(pattern: str, clause: Any) -> bool:
@@ -54,10 +67,12 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
 
 
 def build_report(
-    raw: dict[str, Any],
+    raw: RunResults,
     catalog: Catalog,
     expectations: dict[str, dict[str, str]] | None = None,
     covered: set[str] | None = None,
+    narrowed: bool = False,
+    incomplete: str | None = None,
 ) -> dict[str, Any]:
     """``covered``: the clauses some scenario or test of the kit names (``coverage.check``).
     A clause in it that no test of this run named was not run (the run was narrowed with
@@ -121,18 +136,36 @@ def build_report(
                     f"unexpected pass: the expectations say {expected['status']} ({expected['reason']}); "
                     "update the expectations file"
                 )
+        if entry["status"] == "fail" and not entry.get("expected"):
+            # an unexpected pass is an error in the expectations, whatever the level
+            entry["grade"] = "strict" if entry.get("expected") is False else GRADES.get(clause.level, "strict")
         clauses[cid] = entry
 
-    summary: dict[str, Any] = {"total": len(clauses), **{s: 0 for s in STATUSES}, "expected_fail": 0, "by_area": {}}
+    summary: dict[str, Any] = {"total": len(clauses), **{s: 0 for s in STATUSES}, "expected_fail": 0,
+                               "strict_fail": 0, "non_strict_fail": 0, "informational_fail": 0, "by_area": {}}
     for entry in clauses.values():
         summary[entry["status"]] += 1
         if entry["status"] == "fail" and entry.get("expected"):
             summary["expected_fail"] += 1
+        if "grade" in entry:
+            summary[entry["grade"].replace("-", "_") + "_fail"] += 1
         area = summary["by_area"].setdefault(entry["area"], Counter())
         area[entry["status"]] += 1
     summary["by_area"] = {k: dict(v) for k, v in summary["by_area"].items()}
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
-    summary["certified"] = summary["unexpected_fail"] == 0
+    graded = sum(1 for e in clauses.values() if e["status"] in ("pass", "fail"))
+    summary["graded"] = graded
+    summary["passed"] = summary["strict_fail"] == 0 and not incomplete  # no MUST clause failed
+    summary["scope"] = "selection" if (selection or narrowed) else "catalog"
+    summary["incomplete"] = incomplete
+    summary["certified"] = summary["passed"] and summary["scope"] == "catalog"
+    if incomplete:
+        summary["verdict"] = f"INCOMPLETE ({incomplete}): not certified"
+    elif summary["scope"] == "selection":
+        summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded "
+                              f"(a narrowed run: not a certification of the catalog)")
+    else:
+        summary["verdict"] = "CERTIFIED" if summary["certified"] else "NOT CERTIFIED"
     return {
         "target": target,
         "finished": raw.get("finished"),
@@ -150,14 +183,21 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         f"# sbconform report: {target.get('name', '?')}",
         "",
         f"Finished {report.get('finished') or '?'}. "
-        f"**{'CERTIFIED' if s['certified'] else 'NOT CERTIFIED'}**: "
+        f"**{s.get('verdict') or ('CERTIFIED' if s['certified'] else 'NOT CERTIFIED')}**: "
         f"{s['pass']} pass, {s['fail']} fail ({s['expected_fail']} expected), {s['skip']} skip, "
         f"{s['uncovered']} uncovered, of {s['total']} clauses.",
         "",
+        f"Failures by level: {s.get('strict_fail', 0)} strict (MUST: fails certification), "
+        f"{s.get('non_strict_fail', 0)} non-strict (SHOULD/MAY), {s.get('informational_fail', 0)} informational (INFO).",
+        "",
+        *([f"**Incomplete**: {s['incomplete']}; clauses whose tests did not finish are not graded.", ""]
+          if s.get("incomplete") else []),
         f"Capabilities: {', '.join(target.get('capabilities', [])) or 'none declared'}.",
         "",
         *([f"Only these clauses were selected: `{' '.join(report['selection'])}`; the others are skipped.", ""]
           if report.get("selection") else []),
+        *([f"Only {s.get('graded', 0)} clauses were graded (the run was narrowed); the others are skipped.", ""]
+          if s.get("scope") == "selection" and not report.get("selection") else []),
         "| area | pass | fail | skip | uncovered |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -169,7 +209,8 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
             continue
         lines += ["", f"## {info.get('title', area)}", "", "| clause | level | status | reason |", "|---|---|---|---|"]
         for cid, e in entries:
-            status = e["status"] + (" (expected)" if e.get("expected") and e["status"] == "fail" else "")
+            status = e["status"] + (" (expected)" if e.get("expected") and e["status"] == "fail" else
+                                    f" ({e['grade']})" if e.get("grade") else "")
             reason = (e.get("reason") or "").replace("|", "\\|").replace("\n", " ")
             lines.append(f"| {cid} | {e['level']} | {status} | {reason[:300]} |")
     failing = [(cid, e) for cid, e in report["clauses"].items() if e["status"] == "fail"]
@@ -184,7 +225,12 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict[str, Any], catalog: Catalog, report_dir: Path) -> tuple[Path, Path]:
+def write_report(report: dict[str, Any], catalog: Catalog, report_dir: Path,
+                 secrets: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """``report.json`` and ``report.md`` in ``report_dir``, keys masked (``sbconform.secrets``)."""
+    from .secrets import mask_value
+
+    report = mask_value(report, secrets)
     report_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_dir / "report.json", report_dir / "report.md"
     json_path.write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
@@ -192,16 +238,95 @@ def write_report(report: dict[str, Any], catalog: Catalog, report_dir: Path) -> 
     return json_path, md_path
 
 
-def compare(reports: list[dict[str, Any]], catalog: Catalog) -> str:
-    """Several targets' reports side by side, one row per clause."""
-    names = [r["target"].get("name", f"target{i}") for i, r in enumerate(reports)]
+def write_junit(report: dict[str, Any], path: Path) -> Path:
+    """JUnit XML for CI systems: one test suite per area, one test case per clause (a failing
+    MUST is a failure; a failing SHOULD/MAY/INFO is reported in system-out, not failed;
+    skipped and uncovered clauses are skipped, with the reason)."""
+    import xml.etree.ElementTree as ET
+
+    name = report["target"].get("name", "target")
+    s = report["summary"]
+    root = ET.Element("testsuites", name=f"sbconform {name}", tests=str(s["total"]),
+                      failures=str(s.get("strict_fail", s["fail"])))
+    by_area: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for cid, entry in report["clauses"].items():
+        by_area.setdefault(entry["area"], []).append((cid, entry))
+    for area, entries in by_area.items():
+        failures = sum(1 for _, e in entries if e.get("grade") == "strict")
+        skipped = sum(1 for _, e in entries if e["status"] in ("skip", "uncovered"))
+        suite = ET.SubElement(root, "testsuite", name=f"{name}.{area}", tests=str(len(entries)),
+                              failures=str(failures), errors="0", skipped=str(skipped))
+        for cid, e in entries:
+            case = ET.SubElement(suite, "testcase", classname=f"{name}.{area}", name=f"{cid} [{e['level']}]")
+            reason = e.get("reason") or ""
+            if e["status"] == "fail" and e.get("grade") == "strict":
+                ET.SubElement(case, "failure", message=reason[:1000], type="MUST").text = reason
+            elif e["status"] == "fail":
+                label = "expected failure" if e.get("expected") else f"{e.get('grade')} failure ({e['level']})"
+                ET.SubElement(case, "system-out").text = f"{label}: {reason}"
+            elif e["status"] in ("skip", "uncovered"):
+                ET.SubElement(case, "skipped", message=(f"{e['status']}: {reason}")[:1000])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+def label(report: dict[str, Any], index: int = 0) -> str:
+    """A report's column label: the target's name and what tells it apart (endpoint, image, options)."""
+    target = report.get("target", {})
+    name = target.get("name", f"target{index + 1}")
+    extra = target.get("image") or ("serve" if "started by the target" in str(target.get("endpoint", "")) else "")
+    return f"{name} ({extra})" if extra else name
+
+
+def _labels(reports: list[dict[str, Any]]) -> list[str]:
+    labels = [label(r, i) for i, r in enumerate(reports)]
+    seen: Counter = Counter(labels)
+    out, count = [], Counter()
+    for text in labels:
+        count[text] += 1
+        out.append(f"{text} #{count[text]}" if seen[text] > 1 else text)
+    return out
+
+
+def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: bool = False) -> str:
+    """Several targets' reports side by side, one row per clause, then totals per target."""
+    names = _labels(reports)
     lines = ["| clause | level | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    shown = 0
     for cid, clause in catalog.clauses.items():
         cells = []
         for r in reports:
             e = r["clauses"].get(cid)
             cells.append("—" if e is None else e["status"] + ("*" if e.get("expected") else ""))
+        if only_differences and len(set(cells)) <= 1:
+            continue
+        shown += 1
         lines.append(f"| {cid} | {clause.level} | " + " | ".join(cells) + " |")
+    if only_differences and not shown:
+        lines.append("| (no clause differs) | | " + " | ".join("" for _ in names) + " |")
+    lines += ["", "| total | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for status in STATUSES:
+        lines.append(f"| {status} | " + " | ".join(str(r["summary"].get(status, 0)) for r in reports) + " |")
+    lines.append("| MUST failures | " + " | ".join(str(r["summary"].get("strict_fail", "?")) for r in reports) + " |")
+    lines.append("| verdict | " + " | ".join(str(r["summary"].get("verdict") or
+                                                 ("CERTIFIED" if r["summary"].get("certified") else "NOT CERTIFIED"))
+                                             for r in reports) + " |")
     lines.append("")
+    if only_differences:
+        lines.append(f"{shown} clause(s) differ; clauses with the same status everywhere are not shown.")
     lines.append("`*` = as the target's expectations file predicts.")
     return "\n".join(lines) + "\n"
+
+
+def is_report(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("clauses"), dict) and isinstance(data.get("summary"), dict) \
+        and isinstance(data.get("target"), dict)
+
+
+def write_html(reports: list[dict[str, Any]], catalog: Catalog, path: Path) -> Path:
+    from .html_report import render_html
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(reports, catalog, _labels(reports)), encoding="utf-8")
+    return path

@@ -73,3 +73,122 @@ def test_markdown_and_comparison_render() -> None:
     assert "NOT CERTIFIED" in text and "boom" in text
     table = compare([report, report], CATALOG)
     assert f"| {A} | MUST | pass | pass |" in table
+
+
+# ------------------------------------------------------------------ verdict by level (issue 13)
+def _level(level: str) -> str:
+    return next(cid for cid, c in CATALOG.clauses.items() if c.level == level)
+
+
+def test_a_should_failure_is_non_strict_and_does_not_fail_certification() -> None:
+    should, info = _level("SHOULD"), _level("INFO")
+    report = build_report(run(result("fail", should, reason="late"), result("fail", info, reason="off by one")), CATALOG)
+    assert report["clauses"][should]["grade"] == "non-strict"
+    assert report["clauses"][info]["grade"] == "informational"
+    s = report["summary"]
+    assert (s["strict_fail"], s["non_strict_fail"], s["informational_fail"]) == (0, 1, 1)
+    assert s["passed"] is True and s["verdict"] != "NOT CERTIFIED"
+    text = render_markdown(report, CATALOG)
+    assert "1 non-strict (SHOULD/MAY)" in text and "fail (non-strict)" in text and "1 informational (INFO)" in text
+
+
+def test_a_must_failure_fails_certification() -> None:
+    must = _level("MUST")
+    report = build_report(run(result("fail", must, reason="lost")), CATALOG)
+    assert report["clauses"][must]["grade"] == "strict"
+    assert report["summary"]["strict_fail"] == 1 and report["summary"]["passed"] is False
+    assert report["summary"]["certified"] is False and report["summary"]["verdict"] == "NOT CERTIFIED"
+
+
+def test_an_unexpected_pass_is_strict_whatever_the_level(tmp_path: Path) -> None:
+    should = _level("SHOULD")
+    path = tmp_path / "expect.toml"
+    path.write_text(f'[clauses."{should}"]\nstatus = "fail"\nreason = "x"\n')
+    report = build_report(run(result("pass", should)), CATALOG, load_expectations(path))
+    assert report["clauses"][should]["grade"] == "strict" and not report["summary"]["passed"]
+
+
+def test_a_narrowed_run_grades_its_clauses_and_never_says_certified() -> None:
+    report = build_report({**run(result("pass", A)), "selection": ["SETTLE-SEND-*"]}, CATALOG)
+    s = report["summary"]
+    assert s["scope"] == "selection" and s["passed"] is True and s["certified"] is False
+    assert "CERTIFIED" not in s["verdict"] and f"{s['graded']} clauses graded" in s["verdict"]
+    assert "CERTIFIED" not in render_markdown(report, CATALOG)
+
+
+def test_an_incomplete_run_certifies_nothing() -> None:
+    report = build_report(run(result("pass", A)), CATALOG, incomplete="interrupted by SIGINT")
+    assert report["summary"]["incomplete"] == "interrupted by SIGINT" and not report["summary"]["certified"]
+    assert "INCOMPLETE" in report["summary"]["verdict"] and "Incomplete" in render_markdown(report, CATALOG)
+
+
+# ------------------------------------------------------------------ JUnit, HTML, compare
+def test_junit_xml_has_one_test_case_per_clause(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from sbconform.report import write_junit
+
+    should = _level("SHOULD")
+    report = build_report(run(result("pass", A), result("fail", B, reason="boom"), result("fail", should)), CATALOG)
+    root = ET.parse(write_junit(report, tmp_path / "j.xml")).getroot()
+    cases = root.findall(".//testcase")
+    assert len(cases) == len(CATALOG.clauses)
+    by_name = {c.get("name").split(" ")[0]: c for c in cases}
+    assert by_name[B].find("failure") is not None and "boom" in by_name[B].find("failure").get("message")
+    assert by_name[A].find("failure") is None and by_name[A].find("skipped") is None
+    assert by_name[should].find("failure") is None and "non-strict" in by_name[should].find("system-out").text
+    assert by_name["SETTLE-PEEK-001"].find("skipped") is not None
+    assert root.get("failures") == "1"
+
+
+def test_html_report_is_self_contained_with_filters(tmp_path: Path) -> None:
+    from sbconform.report import write_html
+
+    a = build_report(run(result("pass", A), result("fail", B, reason="boom <b>")), CATALOG)
+    b = build_report({**run(result("pass", A), result("pass", B)), "target": {"name": "sdk", "capabilities": []}}, CATALOG)
+    text = write_html([a, b], CATALOG, tmp_path / "r.html").read_text()
+    assert "<script src" not in text and "<link" not in text and "http://" not in text.replace("http://www.w3", "")
+    for f in ("f-status", "f-area", "f-level"):
+        assert f'id="{f}"' in text
+    assert text.count('<tr class="clause"') == len(CATALOG.clauses)
+    assert "boom &lt;b&gt;" in text and "<th>t</th><th>sdk</th>" in text
+
+
+def test_compare_labels_totals_and_only_differences() -> None:
+    a = build_report(run(result("pass", A), result("fail", B)), CATALOG)
+    b = build_report({**run(result("pass", A), result("pass", B)),
+                      "target": {"name": "container", "image": "localhost/x:1", "capabilities": []}}, CATALOG)
+    table = compare([a, b], CATALOG)
+    assert "| clause | level | t | container (localhost/x:1) |" in table
+    assert "| pass | 1 | 2 |" in table and "| MUST failures | 1 | 0 |" in table
+    diff = compare([a, b], CATALOG, only_differences=True)
+    assert f"| {B} | MUST | fail | pass |" in diff and f"| {A} |" not in diff and "1 clause(s) differ" in diff
+    same = compare([a, a], CATALOG)
+    assert "| t #1 | t #2 |" in same
+
+
+def test_html_filters_work_in_a_headless_browser(tmp_path: Path) -> None:
+    """Opt-in where no browser is installed (Debian: apt-get install chromium)."""
+    import shutil
+    import subprocess
+
+    from sbconform.report import write_html
+
+    browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("no chromium to check the HTML report in")
+    should = _level("SHOULD")
+    a = build_report(run(result("pass", A), result("fail", B, reason="boom"), result("fail", should)), CATALOG)
+    page = write_html([a], CATALOG, tmp_path / "r.html")
+
+    def dom(fragment: str) -> str:
+        shown = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                                f"file://{page}{fragment}"], capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        return shown.stdout
+
+    everything = dom("")
+    assert f'<span id="shown">{len(CATALOG.clauses)}</span>' in everything
+    failing = dom("#status=fail")
+    assert '<span id="shown">2</span>' in failing, failing[:2000]
+    assert '<span id="shown">1</span>' in dom("#status=fail&level=MUST")

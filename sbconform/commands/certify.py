@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -11,7 +12,7 @@ def run(args: argparse.Namespace) -> int:
 
     return certify(
         args.target,
-        Path(args.report_dir),
+        Path(args.report_dir or f"reports/{args.target}"),
         options=args.option,
         connection_string=args.connection_string,
         expectations=Path(args.expectations) if args.expectations else None,
@@ -21,26 +22,41 @@ def run(args: argparse.Namespace) -> int:
         trace_dir=Path(args.trace) if args.trace else None,
         jobs=args.jobs,
         shard_timeout=args.shard_timeout,
+        junit_xml=Path(args.junit_xml) if args.junit_xml else None,
+        html=Path(args.html) if args.html else None,
     )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("certify", help="run the kit against a target and write report.json / report.md")
+    from ..secrets import ENV
+
+    p = sub.add_parser("certify", help="run the kit against a target and write report.json / report.md",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Exit 0: no MUST clause fails; 1: a MUST clause fails; 2: the run could not be made "
+                                   "(bad input, target unreachable or refusing the key); 130: interrupted.")
     p.add_argument("--target", default="reference", help="target name (see `sbconform targets`)")
-    p.add_argument("--report-dir", required=True, help="where to write report.json and report.md")
-    p.add_argument("--connection-string", default=None)
+    p.add_argument("--report-dir", default=None, metavar="DIR",
+                   help="where to write report.json, report.md and run.log (default: reports/TARGET)")
+    p.add_argument("--connection-string", default=None,
+                   help=f"the namespace, for targets that need one; better set ${ENV} (a command line is visible to "
+                        f"every user of the machine); default: ${ENV}")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)")
-    p.add_argument("--expectations", default=None, help="TOML file of clauses expected to fail or skip on this target")
-    p.add_argument("--hypothesis-profile", default="ci", help="Hypothesis profile for the stateful tests (ci: 200 examples)")
+    p.add_argument("--expectations", default=None, metavar="FILE",
+                   help="TOML file of clauses expected to fail or skip on this target")
+    p.add_argument("--hypothesis-profile", default="ci", choices=("dev", "ci", "thorough"),
+                   help="Hypothesis profile for the stateful tests (dev: 30 examples, ci: 200, thorough: 2000)")
     p.add_argument("--clause", action="append", default=[], metavar="PATTERN",
                    help="certify only these clauses: an id, a glob (PART-KEY-*) or an area (repeatable); "
-                        "the others are reported as skipped, not selected")
+                        "the others are reported as skipped, not selected, and the verdict covers only these")
     p.add_argument("--trace", default=None, metavar="DIR",
                    help="record every test's trace in DIR (one JSON Lines file per test; spec/trace-format.md)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="run the tests in this many pytest processes side by side (real-time targets wait in parallel)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="run the tests in N processes side by side (real-time targets wait in parallel); "
+                        "default: the number of cores")
     p.add_argument("--shard-timeout", type=float, default=None, metavar="SECONDS",
-                   help="with --jobs: stop a test process still running after this long; "
+                   help="stop a test process still running after this long; "
                         "its unfinished tests are reported as failed (timed out)")
-    p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML, one test case per clause")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("pytest_args", nargs="*", metavar="TEST-ARGS", help="advanced: test selection arguments passed to the test runner, after --")
     p.set_defaults(func=run)

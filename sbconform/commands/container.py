@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("container", help="build the image of sbconform serve for --target container; show the engine")
-    p.add_argument("action", choices=("build", "engine"))
+    p.add_argument("action", choices=("build", "engine"),
+                   help="build: build the image; engine: say which Docker-compatible engine would be used")
     p.add_argument("--tag", default=None, help="image tag (default localhost/sbconform-serve:<version>-<digest of the sources>)")
     p.add_argument("--base", default=None, help="base image with Python 3.11 (default: localhost/sbconform-base:bookworm, "
                                                 "made with debootstrap if absent, else python:3.11-slim)")

@@ -11,6 +11,9 @@ def run(args: argparse.Namespace) -> int:
     from ..trace.io import TraceCut, TraceFormatError, convert, convert_dir
 
     cuts: list[TraceCut] = []
+    if not Path(args.src).exists():
+        print(f"sbconform convert: {args.src}: no such file or directory", file=sys.stderr)
+        return 2
     try:
         if Path(args.src).is_dir():
             if not args.to:
@@ -25,6 +28,12 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:
         print(f"sbconform convert: {error} (Parquet needs pyarrow: pip install 'sbconform[spark]')", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"sbconform convert: {getattr(error, 'filename', None) or args.dst}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"sbconform convert: interrupted; {args.dst} is incomplete", file=sys.stderr)
+        return 130
     for cut in cuts:
         print(f"sbconform convert: warning: {cut}", file=sys.stderr)
     print(f"sbconform convert: {count} events -> {args.dst}" + (f" ({len(cuts)} cut file(s): converted up to the cut)" if cuts else ""))

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 import time
+from pathlib import Path
 
 from .cost import positive
 
@@ -14,14 +18,47 @@ def run(args: argparse.Namespace) -> int:
     inject = [k.strip() for k in (args.inject or "").split(",") if k.strip()]
     if inject == ["all"]:
         inject = list(INJECTIONS)
+    unknown = [k for k in inject if k not in INJECTIONS]
+    if unknown:
+        print(f"sbconform generate: --inject {','.join(unknown)}: unknown; known: {', '.join(INJECTIONS)} (or all)",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if out.parent != Path("") and not out.parent.is_dir():
+        print(f"sbconform generate: --out {out}: the directory {out.parent} does not exist", file=sys.stderr)
+        return 2
+    if out.exists() and out.is_dir() != (_layout(args, out) == "by-piece"):
+        print(f"sbconform generate: --out {out}: exists and is {'a directory' if out.is_dir() else 'a file'}",
+              file=sys.stderr)
+        return 2
+    # Written under a temporary name and renamed when complete: an interrupted run leaves
+    # nothing that replay could take for a whole trace.
+    temp = out.with_name(f".{out.stem}.incomplete-{os.getpid()}{out.suffix}")
     started = time.perf_counter()
     try:
-        result = generate(args.out, args.events, clients=args.clients, entities=args.entities, partitions=args.partitions,
-                          seed=args.seed, inject=inject, layout=args.layout, buckets=args.buckets)
+        result = generate(temp, args.events, clients=args.clients, entities=args.entities, partitions=args.partitions,
+                          seed=args.seed, inject=inject, layout=_layout(args, out), buckets=args.buckets,
+                          progress=_progress_line(args.events, started) if sys.stdout.isatty() else None)
+        if sys.stdout.isatty():
+            print("\r" + " " * 79 + "\r", end="", flush=True)
+        _move_into_place(temp, out, result)
     except ValueError as error:
-        print(f"sbconform generate: {error}")
+        _remove(temp)
+        print(f"sbconform generate: {error}", file=sys.stderr)
         return 2
-    seconds = time.perf_counter() - started
+    except OSError as error:
+        _remove(temp)
+        print(f"sbconform generate: cannot write {out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except ImportError as error:
+        _remove(temp)
+        print(f"sbconform generate: needs pyarrow (pip install 'sbconform[spark]'): {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        _remove(temp)
+        print(f"sbconform generate: interrupted; nothing written to {out}", file=sys.stderr)
+        return 130
+    seconds = max(time.perf_counter() - started, 1e-6)
     where = f"{result['buckets']} bucket files" if result["layout"] == "by-piece" else "one file"
     print(f"wrote {result['events']} events to {result['out']} ({result['layout']} layout, {where}) "
           f"in {seconds:.1f} s ({result['events'] / seconds:,.0f} events/s)")
@@ -30,6 +67,47 @@ def run(args: argparse.Namespace) -> int:
     for kind in result["not_planted"]:
         print(f"  NOT injected {kind}: no place for it in this trace (more --events?)")
     return 0 if not result["not_planted"] else 2
+
+
+def _progress_line(total: int, started: float):
+    """A live line on a terminal: events written of the total, elapsed, rate (at most 5 a second)."""
+    last = [0.0]
+
+    def show(done: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] < 0.2:
+            return
+        last[0] = now
+        elapsed = max(now - started, 1e-6)
+        print(f"\r  {min(done, total):,}/{total:,} events, {elapsed:.0f} s, {done / elapsed:,.0f} events/s",
+              end="", flush=True)
+    return show
+
+
+def _layout(args: argparse.Namespace, out: Path) -> str:
+    return args.layout or ("time" if out.suffix in (".parquet", ".jsonl") else "by-piece")
+
+
+def _injected(path: Path, by_piece: bool) -> Path:
+    return path / "_injected.json" if by_piece else path.with_name(path.name + ".injected.json")
+
+
+def _move_into_place(temp: Path, out: Path, result: dict) -> None:
+    by_piece = result["layout"] == "by-piece"
+    if not by_piece and _injected(temp, False).exists():
+        os.replace(_injected(temp, False), _injected(out, False))
+    if out.is_dir():
+        shutil.rmtree(out)
+    os.replace(temp, out)
+    result["out"] = str(out)
+
+
+def _remove(temp: Path) -> None:
+    if temp.is_dir():
+        shutil.rmtree(temp, ignore_errors=True)
+    else:
+        temp.unlink(missing_ok=True)
+    _injected(temp, False).unlink(missing_ok=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--entities", type=positive, default=8, metavar="E",
                    help="entities; their shapes cycle through plain, sessions, partitioned, retries (max delivery count 3), pings")
     p.add_argument("--partitions", type=int, default=4, metavar="P", help="partitions of partitioned entities: 1, 2 or 4 (default 4)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed: the same seed writes the same trace")
     p.add_argument("--out", required=True, metavar="PATH",
                    help="a directory (by-piece layout, for Spark), or a .parquet / .jsonl file (events in position order)")
     p.add_argument("--layout", choices=("by-piece", "time"), help="override the layout chosen from --out")

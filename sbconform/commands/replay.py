@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from .cost import positive
 
@@ -27,10 +31,78 @@ def print_summary(summary: dict, out: str | None) -> None:
         print(f"results: {out}")
 
 
+def preflight(paths: list[str], out: str | None) -> str | None:
+    """One line naming what is wrong with the inputs or the output, else None (local paths only:
+    a remote path is Spark's to read)."""
+    from ..trace.replay import _is_remote, locate
+
+    if out and not _is_remote(out):
+        target = Path(out)
+        if target.exists() and not target.is_dir():
+            return f"--out {out}: is a file, not a directory"
+        if not target.parent.is_dir():
+            return f"--out {out}: the directory {target.parent} does not exist"
+    if any(_is_remote(p) for p in paths):
+        return None
+    where = locate(paths)
+    for name in where["files"]:
+        path = Path(name)
+        if path.stat().st_size == 0:
+            return f"{name}: empty file: not a trace (no header)"
+        if name.endswith(".parquet"):
+            try:
+                import pyarrow.parquet as pq
+
+                pq.ParquetFile(name).close()
+            except ImportError as error:
+                return f"reading Parquet needs pyarrow (pip install 'sbconform[spark]'): {error}"
+            except Exception as error:  # pyarrow.ArrowInvalid, OSError
+                return f"{name}: not a readable Parquet file ({str(error).splitlines()[0][:200]})"
+    return None
+
+
+def use_this_interpreter() -> None:
+    """Spark's Python workers run the interpreter running sbconform (which has pyarrow and
+    pandas), unless the user chose one (PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@contextlib.contextmanager
+def spark_log():
+    """Spark's JVM and workers write their logs (and every failed task's Java stack) to the
+    standard error they inherit: point it at a file while Spark starts and runs, so the user
+    sees one line, and the file (named in the error) holds the rest. Removed after a success."""
+    fd, path = tempfile.mkstemp(prefix="sbconform-spark-", suffix=".log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    failed = False
+    try:
+        yield path
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+        if not failed:
+            os.unlink(path)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..trace.replay import exit_code, local_summary, locate, replay_local, replay_spark
     from ..trace.schema import TraceFormatError
 
+    try:
+        problem = preflight(args.paths, args.out)
+    except (TraceFormatError, FileNotFoundError) as error:
+        problem = str(error)
+    if problem:
+        print(f"sbconform replay: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.local:
             started = time.perf_counter()
@@ -39,8 +111,6 @@ def run(args: argparse.Namespace) -> int:
             summary = local_summary(results, locate(args.paths), time.perf_counter() - started)
             summary["notes"] += notes
             if args.out:
-                from pathlib import Path
-
                 out = Path(args.out)
                 out.mkdir(parents=True, exist_ok=True)
                 (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -48,12 +118,35 @@ def run(args: argparse.Namespace) -> int:
                     for r in results:
                         f.write(json.dumps(r) + "\n")
         else:
+            use_this_interpreter()
             out = args.out or "replay-out"
-            summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout, reader=args.reader)
+            with spark_log() as log:
+                try:
+                    summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout,
+                                           reader=args.reader)
+                except Exception as error:
+                    error.spark_log = log  # type: ignore[attr-defined]
+                    raise
     except (TraceFormatError, FileNotFoundError) as error:
         print(f"sbconform replay: {error}", file=sys.stderr)
         return 2
+    except ImportError as error:
+        print(f"sbconform replay: Spark replay needs pyspark, pyarrow and pandas (pip install 'sbconform[spark]'; "
+              f"or --local): {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sbconform replay: interrupted; no verdict", file=sys.stderr)
+        return 130
+    except Exception as error:  # a crash is never a verdict: 1 means violations found
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        log = getattr(error, "spark_log", None)
+        print(f"sbconform replay: the replay failed, no verdict: {type(error).__name__}: "
+              f"{lines[0][:300] if lines else ''}" + (f" (Spark's log: {log})" if log else ""), file=sys.stderr)
+        return 2
     print_summary(summary, args.out or (None if args.local else "replay-out"))
+    if not summary.get("events"):
+        print("sbconform replay: no events: an empty trace proves nothing (not valid)", file=sys.stderr)
+        return 2
     return exit_code(summary)
 
 
@@ -61,7 +154,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="check traces against the reference model on Spark; exit 0 valid, 1 violations, 2 undecided")
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (local or any Hadoop-compatible URI)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*]; under spark-submit use scripts/spark_replay_job.py)")
-    p.add_argument("--out", metavar="DIR", help="results: pieces/ (one row per piece), violations/, summary.json (default replay-out)")
+    p.add_argument("--out", metavar="DIR", help="results: pieces.parquet (one row per piece), violations.jsonl, summary.json "
+                        "(default: replay-out with Spark; nothing written with --local)")
     p.add_argument("--local", action="store_true", help="check in this process, without Spark")
     p.add_argument("--layout", choices=("by-piece", "time"), help="override the detected layout (remote inputs)")
     p.add_argument("--reader", choices=("arrow", "spark"), default="arrow",

@@ -9,8 +9,6 @@ def run(args: argparse.Namespace) -> int:
     from ..targets import make_target, names
 
     for name in names():
-        if name.startswith("mutant-"):
-            continue
         try:
             caps = ", ".join(sorted(make_target(name).capabilities))
         except Exception as error:  # a target that needs options is still listed

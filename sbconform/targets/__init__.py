@@ -57,8 +57,13 @@ def _container(**options: Any) -> Target:
 register("container", _container)
 
 
-def names() -> list[str]:
-    return sorted(_FACTORIES)
+#: name prefixes of targets that exist for the kit's own tests (deliberately broken brokers)
+TEST_ONLY_PREFIXES = ("mutant-",)
+
+
+def names(include_test_only: bool = False) -> list[str]:
+    """The registered targets; those made for the kit's own tests only with ``include_test_only``."""
+    return sorted(n for n in _FACTORIES if include_test_only or not n.startswith(TEST_ONLY_PREFIXES))
 
 
 def make_target(name: str, **options: Any) -> Target:
@@ -70,4 +75,16 @@ def make_target(name: str, **options: Any) -> Target:
     return factory(**options)
 
 
-__all__ = ["PEEK_LOCK", "RECEIVE_AND_DELETE", "Handle", "Received", "Target", "make_target", "names", "register"]
+def parse_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["serve=true", "control=none"]`` -> ``{"serve": "true", "control": "none"}`` (dashes in
+    names become underscores); an item without ``=`` is a ValueError."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        options[key.strip().replace("-", "_")] = value
+    return options
+
+
+__all__ = ["PEEK_LOCK", "RECEIVE_AND_DELETE", "Handle", "Received", "Target", "make_target", "names", "parse_options", "register"]

@@ -336,7 +336,8 @@ class SdkTarget(Target):
             raise ValueError(f"the sdk target needs azure-servicebus (pip install 'sbconform[sdk]'): {error}") from None
         serve = str(serve).lower() in ("1", "true", "yes")
         if not connection_string and not serve:
-            raise ValueError("the sdk target needs --sb-connection-string, or --sb-option serve=true to start sbconform serve")
+            raise ValueError("the sdk target needs a connection string (--connection-string, or $SBCONFORM_CONNECTION_STRING), "
+                             "or the option serve=true to start sbconform serve")
         if connection_string and serve:
             raise ValueError("give either a connection string or serve=true, not both")
         if control not in ("auto", "amqp", "admin", "none"):

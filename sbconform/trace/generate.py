@@ -26,7 +26,7 @@ import json
 import random
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from reference import Message, Namespace, ServiceBusError
 from reference.entity import PING_CONTENT_TYPE
@@ -527,8 +527,10 @@ class _Writer:
 
 def generate(out: str | Path, events: int, clients: int = 4, entities: int = 8, partitions: int = 4, seed: int = 0,
              inject: list[str] | tuple[str, ...] = (), layout: str | None = None, ops_per_round: int = 200,
-             buckets: int | None = None, trace: str | None = None) -> dict[str, Any]:
-    """Write a trace of at least ``events`` events; returns a summary (events, injected)."""
+             buckets: int | None = None, trace: str | None = None,
+             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Write a trace of at least ``events`` events; returns a summary (events, injected).
+    ``progress(events so far)`` is called once per round, if given."""
     out = Path(out)
     if layout is None:
         layout = "time" if out.suffix in (".parquet", ".jsonl") else "by-piece"
@@ -578,6 +580,8 @@ def generate(out: str | Path, events: int, clients: int = 4, entities: int = 8, 
             writer.add(piece_key(sim.path), rows)
         if done:
             break
+        if progress is not None:
+            progress(total)
     records = [{"kind": kind, "checker_kind": INJECTIONS[kind][0], "clause": CLAUSES[INJECTIONS[kind][0]],
                 "entity": sim.path, "pos": row[POS], "message_id": row[MESSAGE_ID]} for kind, sim, row in injected]
     writer.close({"events": pos})

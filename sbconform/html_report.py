@@ -1,0 +1,110 @@
+"""A self-contained HTML report: one row per clause, one column per target, filters by
+status, area and level, each cell opening the scenarios that graded it with their reasons.
+The filters can be set from the address: ``report.html#status=fail&level=MUST,SHOULD``.
+
+No external resources (no CDN, no fonts): the page works from a file, offline, in CI artefacts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from spec import Catalog
+
+_CSS = """
+body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}
+th{background:#f3f3f3;position:sticky;top:0}
+.pass{background:#dff5df}.fail{background:#f9d6d6}.fail.nonstrict{background:#fdebd0}.skip{background:#eee}
+.uncovered{background:#fff7c2}.expected{background:#e8e0f5}
+details summary{cursor:pointer}.filters label{margin-right:1em}.muted{color:#777}
+"""
+
+_JS = """
+function applyFilters(){
+  const sel = id => Array.from(document.querySelectorAll('#'+id+' input:checked')).map(i => i.value);
+  const st = sel('f-status'), ar = sel('f-area'), lv = sel('f-level');
+  let shown = 0;
+  document.querySelectorAll('tr.clause').forEach(row => {
+    const statuses = row.dataset.statuses.split(' ');
+    const ok = statuses.some(s => st.includes(s)) && ar.includes(row.dataset.area) && lv.includes(row.dataset.level);
+    row.style.display = ok ? '' : 'none'; if (ok) shown++;
+  });
+  document.getElementById('shown').textContent = shown;
+}
+function filtersFromHash(){
+  // file:///report.html#status=fail,skip&level=MUST: a link to a filtered view
+  const wanted = new URLSearchParams(location.hash.slice(1));
+  for (const [name, values] of wanted) {
+    const keep = values.split(',');
+    document.querySelectorAll('#f-'+name+' input').forEach(i => { i.checked = keep.includes(i.value); });
+  }
+}
+document.addEventListener('change', applyFilters);
+document.addEventListener('DOMContentLoaded', () => { filtersFromHash(); applyFilters(); });
+"""
+
+
+def _checkboxes(ident: str, title: str, values: list[str]) -> str:
+    boxes = "".join(f'<label><input type="checkbox" value="{html.escape(v)}" checked> {html.escape(v)}</label>'
+                    for v in values)
+    return f'<div id="{ident}" class="filters"><b>{title}:</b> {boxes}</div>'
+
+
+def _cell(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return '<td class="muted">—</td>'
+    status = entry["status"]
+    classes = [status]
+    if entry.get("expected"):
+        classes.append("expected")
+    if entry.get("grade") in ("non-strict", "informational"):
+        classes.append("nonstrict")
+    label = status + (" (expected)" if entry.get("expected") else f" ({entry['grade']})" if entry.get("grade") else "")
+    scenarios = "".join(
+        f"<li><code>{html.escape(sc['id'])}</code>: {html.escape(sc['outcome'])}"
+        + (f" — {html.escape(sc['reason'])}" if sc.get("reason") else "") + "</li>"
+        for sc in entry.get("scenarios", []))
+    reason = html.escape(entry.get("reason") or "")
+    body = (f"<details><summary>{html.escape(label)}</summary><p>{reason}</p><ul>{scenarios}</ul></details>"
+            if scenarios or reason else html.escape(label))
+    return f'<td class="{" ".join(classes)}" data-status="{status}">{body}</td>'
+
+
+def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[str]) -> str:
+    areas = list(catalog.areas) or sorted({c.area for c in catalog.clauses.values()})
+    levels = ["MUST", "SHOULD", "MAY", "INFO"]
+    head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
+    rows = []
+    for cid, clause in catalog.clauses.items():
+        entries = [r["clauses"].get(cid) for r in reports]
+        statuses = " ".join(sorted({e["status"] for e in entries if e is not None} or {"uncovered"}))
+        rows.append(
+            f'<tr class="clause" id="{html.escape(cid)}" data-area="{html.escape(clause.area)}" '
+            f'data-level="{html.escape(clause.level)}" data-statuses="{statuses}">'
+            f"<td><a href=\"#{html.escape(cid)}\">{html.escape(cid)}</a></td><td>{html.escape(clause.area)}</td>"
+            f"<td>{html.escape(clause.level)}</td><td>{html.escape(clause.text)}</td>"
+            + "".join(_cell(e) for e in entries) + "</tr>")
+    summaries = "".join(
+        f"<li><b>{html.escape(label)}</b>: {html.escape(str(r['summary'].get('verdict', '')))} — "
+        + ", ".join(f"{r['summary'].get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered"))
+        + f"; failures: {r['summary'].get('strict_fail', 0)} MUST, {r['summary'].get('non_strict_fail', 0)} SHOULD/MAY, "
+        f"{r['summary'].get('informational_fail', 0)} INFO</li>"
+        for label, r in zip(labels, reports))
+    data = html.escape(json.dumps([r["summary"] for r in reports]))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>sbconform report: {html.escape(', '.join(labels))}</title>
+<style>{_CSS}</style><script>{_JS}</script></head>
+<body data-summaries="{data}">
+<h1>sbconform report: {html.escape(', '.join(labels))}</h1>
+<ul>{summaries}</ul>
+{_checkboxes("f-status", "status", ["pass", "fail", "skip", "uncovered"])}
+{_checkboxes("f-area", "area", areas)}
+{_checkboxes("f-level", "level", levels)}
+<p><span id="shown">{len(rows)}</span> of {len(rows)} clauses shown.</p>
+<table><thead><tr><th>clause</th><th>area</th><th>level</th><th>statement</th>{head}</tr></thead>
+<tbody>{''.join(rows)}</tbody></table>
+</body></html>
+"""

@@ -1,0 +1,257 @@
+"""Bad input gets one line naming what and where, exit 2, no traceback; the CLI speaks sbconform, not pytest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sbconform.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def one_error(capsys, argv: list[str], code: int = 2) -> str:
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    pytest.importorskip("pyarrow")
+    out = tmp_path_factory.mktemp("traces") / "run"
+    assert main(["generate", "--events", "3000", "--entities", "2", "--out", str(out)]) == 0
+    return out
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out.startswith("sbconform 0.")
+
+
+def test_every_option_has_help_and_shows_its_default() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        if name == "serve":  # serve's options belong to the server's owners (sbconform/commands/serve.py)
+            continue
+        assert command.formatter_class is argparse.ArgumentDefaultsHelpFormatter, name
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"sbconform {name} {action.option_strings or action.dest}: no help"
+        text = command.format_help()
+        assert "pytest" not in text.replace("test runner", ""), name
+
+
+def test_certify_jobs_default_to_the_number_of_cores() -> None:
+    args = build_parser().parse_args(["certify"])
+    assert args.jobs == (os.cpu_count() or 1)
+
+
+def test_certify_report_dir_defaults_to_reports_target() -> None:
+    help_text = " ".join(subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--help"], capture_output=True,
+                                        text=True, cwd=REPO).stdout.split())
+    assert "reports/TARGET" in help_text and "number of cores" in help_text
+
+
+def test_targets_hides_the_kits_own_broken_targets(capsys) -> None:
+    import mutants  # noqa: F401  (registers mutant-* targets in this process)
+    from sbconform.targets import names
+
+    assert any(n.startswith("mutant-") for n in names(include_test_only=True))
+    assert main(["targets"]) == 0
+    out = capsys.readouterr().out
+    assert "reference:" in out and "mutant-" not in out
+    assert "--sb-" not in out  # no pytest option names
+
+
+def test_an_unknown_target_lists_only_real_ones(capsys, tmp_path) -> None:
+    line = one_error(capsys, ["certify", "--target", "nosuch", "--report-dir", str(tmp_path)])
+    assert "unknown target 'nosuch'" in line and "mutant" not in line and "reference" in line
+
+
+def test_report_dir_that_is_a_file(capsys, tmp_path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert "is a file, not a directory" in one_error(capsys, ["certify", "--report-dir", str(f)])
+
+
+def test_missing_expectations_file(capsys, tmp_path) -> None:
+    line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(tmp_path / "no.toml")])
+    assert "no.toml: no such file" in line and not (tmp_path / "r").exists()
+
+
+def test_bad_option(capsys, tmp_path) -> None:
+    line = one_error(capsys, ["certify", "--report-dir", str(tmp_path), "--option", "novalue"])
+    assert "--option" in line and "KEY=VALUE" in line
+
+
+def test_compare_a_missing_file_and_a_non_report(capsys, tmp_path) -> None:
+    assert "no such file" in one_error(capsys, ["compare", str(tmp_path / "nope.json")])
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    assert "not an sbconform report.json" in one_error(capsys, ["compare", str(tmp_path / "x.json")])
+    (tmp_path / "y.json").write_text("not json")
+    assert "not JSON" in one_error(capsys, ["compare", str(tmp_path / "y.json")])
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage, not parquet"])
+def test_replay_an_empty_or_corrupt_parquet_trace(capsys, tmp_path, content) -> None:
+    pytest.importorskip("pyarrow")
+    bad = tmp_path / "t.parquet"
+    bad.write_bytes(content)
+    line = one_error(capsys, ["replay", "--local", str(bad)])
+    assert str(bad) in line
+
+
+@pytest.mark.parametrize("content", ["", "{bad\n"])
+def test_replay_an_empty_or_corrupt_jsonl_trace(capsys, tmp_path, content) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text(content)
+    assert str(bad) in one_error(capsys, ["replay", "--local", str(bad)])
+
+
+def test_replay_a_corrupt_bucket_file(capsys, tmp_path, trace) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(trace, copy)
+    bucket = sorted(copy.glob("bucket-*.parquet"))[0]
+    bucket.write_bytes(bucket.read_bytes()[:100])
+    assert f"{bucket}: not a readable Parquet file" in one_error(capsys, ["replay", "--local", str(copy)])
+
+
+def test_an_empty_trace_is_not_valid(capsys, tmp_path) -> None:
+    from sbconform.trace.io import JsonlWriter
+
+    path = tmp_path / "empty.jsonl"
+    try:
+        writer = JsonlWriter(path, trace="empty")
+    except TypeError:
+        pytest.skip("JsonlWriter's signature changed")
+    writer.close()
+    assert main(["replay", "--local", str(path)]) == 2
+    assert "empty trace proves nothing" in capsys.readouterr().err
+
+
+def test_missing_output_directories(capsys, tmp_path, trace) -> None:
+    assert "does not exist" in one_error(capsys, ["replay", "--local", str(trace), "--out", str(tmp_path / "a" / "b")])
+    assert "does not exist" in one_error(capsys, ["generate", "--events", "10", "--out", str(tmp_path / "a" / "t.jsonl")])
+
+
+def test_an_interrupted_generate_leaves_nothing_that_passes_for_a_trace(tmp_path) -> None:
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "big"
+    process = subprocess.Popen([sys.executable, "-m", "sbconform.cli", "generate", "--events", "50000000", "--out", str(out)],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(tmp_path.iterdir()):
+        time.sleep(0.1)
+    assert any(tmp_path.iterdir()), "generate wrote nothing in 60 s"
+    process.send_signal(signal.SIGINT)
+    out_text, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == [f"sbconform generate: interrupted; nothing written to {out}"]
+    assert list(tmp_path.iterdir()) == []  # neither the trace nor its temporary
+    assert main(["replay", "--local", str(out)]) == 2
+
+
+def test_replay_exit_codes(capsys, trace, tmp_path) -> None:
+    assert main(["replay", "--local", str(trace)]) == 0
+    bad = tmp_path / "bad"
+    assert main(["generate", "--events", "20000", "--entities", "10", "--out", str(bad), "--inject", "lost-message"]) == 0
+    assert main(["replay", "--local", str(bad)]) == 1
+
+
+def test_a_crash_in_replay_is_never_1(capsys, trace, monkeypatch) -> None:
+    import sbconform.trace.replay as replay
+
+    def boom(*a, **k):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(replay, "replay_local", boom)
+    line = one_error(capsys, ["replay", "--local", str(trace)])
+    assert "no verdict" in line and "something broke" in line
+
+
+def test_spark_workers_use_this_interpreter(monkeypatch) -> None:
+    from sbconform.commands.replay import use_this_interpreter
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    use_this_interpreter()
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python/bin/python3")
+    use_this_interpreter()
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/python/bin/python3"  # the user's choice stands
+
+
+def test_the_readme_spark_replay_runs_when_the_system_python_lacks_pyarrow(tmp_path, trace) -> None:
+    """Spark starts its Python workers with ``python3`` from PATH unless told otherwise; the
+    command tells it to use the interpreter running sbconform."""
+    pytest.importorskip("pyspark")
+    import shutil
+
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java for Spark")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python3", "python"):
+        (fake / name).write_text("#!/bin/sh\necho 'a python without pyarrow' >&2\nexit 1\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = f"{fake}:{env.get('PATH', '')}"
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "replay", str(trace), "--master", "local[1]",
+                          "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "0 with a violation" in run.stdout and (tmp_path / "out" / "summary.json").exists()
+    assert "Exception" not in run.stderr and "\tat " not in run.stderr  # Spark's log is not the user's output
+
+    # a worker interpreter the user chose and that cannot run: one line, no verdict (2, never 1)
+    env["PYSPARK_PYTHON"] = str(fake / "python3")
+    broken = subprocess.run([sys.executable, "-m", "sbconform.cli", "replay", str(trace), "--master", "local[1]",
+                             "--out", str(tmp_path / "out2")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert broken.returncode == 2, broken.stdout[-2000:] + broken.stderr[-3000:]
+    lines = [line for line in broken.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no verdict" in lines[0] and "Spark's log: " in lines[0], broken.stderr[-3000:]
+    log = lines[0].split("Spark's log: ")[1].rstrip(")")
+    assert Path(log).exists() and Path(log).stat().st_size > 0
+    Path(log).unlink()
+
+
+def test_generate_shows_a_live_line_on_a_terminal_only(tmp_path, monkeypatch, capsys) -> None:
+    pytest.importorskip("pyarrow")
+    import sbconform.commands.generate as command
+
+    assert main(["generate", "--events", "3000", "--entities", "2", "--out", str(tmp_path / "a")]) == 0
+    assert "\r" not in capsys.readouterr().out  # not a terminal: the summary line only
+
+    shown: list[int] = []
+    real = command._progress_line
+
+    def spy(total, started):
+        inner = real(total, started)
+
+        def show(done):
+            shown.append(done)
+            inner(done)
+        return show
+
+    monkeypatch.setattr(command, "_progress_line", spy)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert main(["generate", "--events", "30000", "--entities", "2", "--out", str(tmp_path / "b")]) == 0
+    assert shown and shown == sorted(shown) and shown[-1] >= 0
+    assert "/30,000 events, " in capsys.readouterr().out  # the live line
