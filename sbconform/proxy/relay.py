@@ -18,9 +18,11 @@ unchanged, except:
 The interpreter (``interpret.py``) sees each frame in the order it passes; anything it
 raises is caught here: the frame still passes, unchanged, and the failure is written as
 an ``info`` event (or, with ``on_record_error="stop"``, the proxy stops). A stream that
-is not AMQP framing is relayed as raw bytes from then on. Buffers are bounded: at most one
-frame (``frames.MAX_FRAME``) is held per direction, and a read waits for the other side
-to drain the previous write.
+is not AMQP framing is relayed as raw bytes from then on. Buffers are bounded: broker ->
+client bytes are relayed as they come (interpreted from a copy); client -> broker bytes
+are relayed frame by frame, so at most one incomplete frame (``frames.MAX_FRAME``) is
+held until its last byte comes (or the client's stream ends: then it passes as it is);
+a read waits for the other side to drain the previous write.
 """
 
 from __future__ import annotations
@@ -286,10 +288,17 @@ class Proxy:
             self.tasks.discard(task)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
+        """One direction. Broker -> client bytes are relayed as they come, interpreted from a
+        copy; client -> broker bytes are relayed frame by frame (a frame the proxy must
+        change, the CBS put-token, is only known once whole), so at most one partial frame
+        is held."""
         splitter: Splitter | None = Splitter()
         while True:
             data = await reader.read(1 << 16)
             if not data:
+                if from_client and splitter is not None and splitter.buf:
+                    writer.write(bytes(splitter.buf))  # the end of the stream: an incomplete frame passes as it is
+                    splitter.buf.clear()
                 try:
                     if writer.can_write_eof():
                         writer.write_eof()
@@ -300,14 +309,26 @@ class Proxy:
                 writer.write(data)
                 await writer.drain()
                 continue
+            if not from_client:
+                writer.write(data)
             try:
                 frames = splitter.feed(data)
             except FrameError as error:
                 # not AMQP framing (any more): relay what is held and everything after as raw bytes
-                held = bytes(splitter.buf)
+                held = bytes(splitter.buf)  # every byte not yet relayed, this read's included
                 splitter = None
                 self._note_raw(interp, error, from_client)
-                writer.write(held)  # the splitter held every byte not yet relayed, this read's included
+                if from_client:
+                    writer.write(held)
+                await writer.drain()
+                continue
+            if not from_client:
+                for frame in frames:
+                    self.stats.frames += 1
+                    try:
+                        interp.from_broker(frame)
+                    except Exception as error:
+                        self._record_failure("broker frame", error, interp, frame)
                 await writer.drain()
                 continue
             if not frames:
@@ -316,25 +337,19 @@ class Proxy:
             for frame in frames:
                 self.stats.frames += 1
                 replacement = None
-                if from_client:
-                    try:
-                        path = interp.describe_needed(frame)
-                    except Exception:
-                        path = None
-                    if path and self.describer is not None:
-                        if out:
-                            writer.write(bytes(out))
-                            out.clear()
-                        await self._describe(path)
-                    try:
-                        replacement = interp.from_client(frame)
-                    except Exception as error:
-                        self._record_failure("client frame", error, interp, frame)
-                else:
-                    try:
-                        interp.from_broker(frame)
-                    except Exception as error:
-                        self._record_failure("broker frame", error, interp, frame)
+                try:
+                    path = interp.describe_needed(frame)
+                except Exception:
+                    path = None
+                if path and self.describer is not None:
+                    if out:
+                        writer.write(bytes(out))
+                        out.clear()
+                    await self._describe(path)
+                try:
+                    replacement = interp.from_client(frame)
+                except Exception as error:
+                    self._record_failure("client frame", error, interp, frame)
                 out += replacement if replacement is not None else frame.raw
             writer.write(bytes(out))
             await writer.drain()
