@@ -142,6 +142,28 @@ def _ulong(code: int):
     return ulong(code)
 
 
+def peek(frame: Frame) -> tuple[int | None, int | None]:
+    """(descriptor code, first field as an unsigned integer or None) read straight from the
+    bytes, without decoding the performative: cheap enough for every frame. (None, None)
+    for a header, an empty frame or anything unexpected."""
+    from ..server.wire import WireError, described_list, read_uint
+
+    if frame.header:
+        return None, None
+    body = frame.body
+    if len(body) < 3:
+        return None, None
+    try:
+        code, fields, _ = described_list(body, 0)
+    except (WireError, IndexError, struct.error):
+        return None, None
+    try:
+        first = read_uint(body, fields[0]) if fields else None
+    except (WireError, IndexError, struct.error):
+        first = None
+    return code, first
+
+
 def summary(frame: Frame, limit: int = 96) -> str:
     """A short description of a frame for events the proxy cannot interpret."""
     if frame.header:

@@ -54,7 +54,7 @@ from proton import Described, Message
 
 from ..server.server import CONDITIONS
 from .frames import (ATTACH, BEGIN, CLOSE, DETACH, DISPOSITION, END, FLOW, OPEN, SASL_INIT, TRANSFER, Frame, FrameError,
-                     decode, encode_frame, summary)
+                     decode, encode_frame, peek, summary)
 from .frames import field as fld
 
 BATCH_FORMAT = 0x80013700
@@ -375,9 +375,29 @@ class ConnInterp:
         return None if c is None else self.sessions.get(c)
 
     # ---------------------------------------------------------------- client -> broker
+    def may_change(self, frame: Frame) -> bool:
+        """Whether the proxy may have to change this client frame or wait before relaying
+        it (CBS put-token transfers; towards Azure, SASL init, OPEN and ATTACH; an attach
+        to an entity not described yet). Every other frame is relayed first and
+        interpreted after."""
+        if frame.header:
+            return False
+        if frame.type == 1:
+            return bool(self.rec.rewrite_host)
+        code, first = peek(frame)
+        if code == TRANSFER:
+            s = self.sessions.get(frame.channel)
+            link = s.c_handles.get(first or 0) if s is not None else None
+            return link is not None and link.kind == "cbs"
+        if code == ATTACH:
+            return True
+        if code == OPEN:
+            return bool(self.rec.rewrite_host)
+        return code is None and len(frame.body) > 0  # not readable cheaply: the full decoder will say
+
     def describe_needed(self, frame: Frame) -> str | None:
         """The entity path of a client's attach whose entity has not been described yet."""
-        if frame.header or frame.type != 0:
+        if frame.header or frame.type != 0 or peek(frame)[0] != ATTACH:
             return None
         try:
             code, fields, _ = decode(frame)

@@ -288,6 +288,12 @@ class Proxy:
             self.tasks.discard(task)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
+        try:
+            await self._relay(reader, writer, interp, from_client)
+        except (ConnectionError, OSError):
+            pass  # that side went away: the connection ends (the caller closes both)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
         """One direction. Broker -> client bytes are relayed as they come, interpreted from a
         copy; client -> broker bytes are relayed frame by frame (a frame the proxy must
         change, the CBS put-token, is only known once whole), so at most one partial frame
@@ -323,8 +329,8 @@ class Proxy:
                 await writer.drain()
                 continue
             if not from_client:
+                self.stats.frames += len(frames)
                 for frame in frames:
-                    self.stats.frames += 1
                     try:
                         interp.from_broker(frame)
                     except Exception as error:
@@ -333,9 +339,22 @@ class Proxy:
                 continue
             if not frames:
                 continue
+            self.stats.frames += len(frames)
+            try:
+                hold = any(interp.may_change(f) for f in frames)
+            except Exception:
+                hold = True
+            if not hold:  # the usual case: relay at once, interpret after
+                writer.write(data if len(frames) == 1 and len(frames[0].raw) == len(data) else b"".join(f.raw for f in frames))
+                for frame in frames:
+                    try:
+                        interp.from_client(frame)
+                    except Exception as error:
+                        self._record_failure("client frame", error, interp, frame)
+                await writer.drain()
+                continue
             out = bytearray()
             for frame in frames:
-                self.stats.frames += 1
                 replacement = None
                 try:
                     path = interp.describe_needed(frame)
