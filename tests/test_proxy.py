@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,6 +173,20 @@ def test_a_broker_redelivering_a_completed_message_is_named_by_replay(tmp_path):
     result = _broken_run(tmp_path, CompleteIgnored, flow)
     bad = [r for r in result["results"] if r["status"] == "violation"]
     assert [(r["piece"], r["clause"], r["kind"], r["message_id"]) for r in bad] == [("short", "SETTLE-COMP-001", "delivered-after-complete", "done-once")]
+
+    # the README's way to Spark: convert the recording to Parquet, replay it on Spark (local[1] here)
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java for Spark")
+    convert = subprocess.run([sys.executable, "-m", "sbconform.cli", "convert", str(tmp_path / "trace"), str(tmp_path / "pq"), "--to", "parquet"],
+                             capture_output=True, text=True)
+    assert convert.returncode == 0, convert.stderr
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, "-m", "sbconform.cli", "replay", str(tmp_path / "pq"), "--master", "local[1]",
+                           "--out", str(tmp_path / "replay")], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "VIOLATION SETTLE-COMP-001" in done.stdout
 
 
 def test_a_broker_losing_a_lock_early_is_named_by_replay(tmp_path):
