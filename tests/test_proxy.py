@@ -101,6 +101,21 @@ def test_the_cli_replays_the_recording(recording):
     assert "1 valid, 0 with a violation, 0 unknown" in done.stdout
 
 
+def test_a_refused_attach_is_recorded_as_failed(recording):
+    cs, out, proxy = recording
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+
+    with ServiceBusClient.from_connection_string(cs, retry_total=0) as client:
+        with pytest.raises(MessagingEntityNotFoundError):
+            with client.get_queue_sender("no-such-queue") as s:
+                s.send_messages(ServiceBusMessage("x"))
+    proxy.stop()
+    attach = [(e["op"], e["phase"], e["entity"], e["error"]) for e in events_of(out) if e["op"] == "attach"]
+    assert attach == [("attach", "invoke", "no-such-queue", None), ("attach", "fail", "no-such-queue", "entity-not-found")]
+    assert proxy.proxy.stats.interpreter_errors == 0
+
+
 def test_a_client_token_signed_with_a_key_the_proxy_does_not_hold_is_refused(recording):
     cs, out, proxy = recording
     from azure.servicebus import ServiceBusClient, ServiceBusMessage

@@ -203,6 +203,8 @@ def test_the_recording_of_random_traffic_is_a_readable_trace_and_the_proxy_still
     events = list(read_events(out))  # every event checked against the format
     assert [e["pos"] for e in events] == list(range(len(events)))
     assert any(e["phase"] == "info" and "unrecognised" in (e["result"] or "") for e in events)
+    # the interpreter followed every random sequence without failing itself
+    assert proxy.proxy.stats.interpreter_errors == 0, proxy.proxy.stats.errors
 
 
 def test_splitter_keeps_every_byte_and_cuts_only_at_frame_boundaries():
@@ -213,3 +215,4 @@ def test_splitter_keeps_every_byte_and_cuts_only_at_frame_boundaries():
         units += s.feed(data[i:i + 1])
     assert b"".join(u.raw for u in units) == data
     assert [len(u.raw) for u in units] == [8, 12, 8]
+

@@ -547,11 +547,12 @@ class ConnInterp:
 
     def _attach_outcome(self, link: Link, phase: str, **fields: Any) -> None:
         op, op_name, args = link.attach_op
-        link.attach_op = None
         if op_name == "attach" and not self.rec.record_attach:
             if phase == "ok":
+                link.attach_op = None
                 return
             self._attach_invoke(link, link.attach_time)
+        link.attach_op = None
         self.ev(link.client, op, op_name, phase, entity=link.path, **fields)
 
     def _assemble(self, link: Link, s: Sess, fields: list, payload: memoryview, incoming: bool) -> dict | None:

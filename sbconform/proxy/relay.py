@@ -345,7 +345,7 @@ class Proxy:
             except Exception:
                 hold = True
             if not hold:  # the usual case: relay at once, interpret after
-                writer.write(data if len(frames) == 1 and len(frames[0].raw) == len(data) else b"".join(f.raw for f in frames))
+                writer.write(frames[0].raw if len(frames) == 1 else b"".join(f.raw for f in frames))
                 for frame in frames:
                     try:
                         interp.from_client(frame)
