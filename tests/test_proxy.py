@@ -221,6 +221,49 @@ def test_a_broker_losing_a_lock_early_is_named_by_replay(tmp_path):
     assert [(r["piece"], r["clause"], r["message_id"]) for r in bad] == [("work", "SETTLE-LOCK-001", "locked")]
 
 
+# ------------------------------------------------------------------ recording failures
+
+
+class DiskFull:
+    def write(self, event):
+        raise OSError(28, "No space left on device")
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("policy", ["relay", "stop"])
+def test_a_recording_failure_never_alters_traffic(tmp_path, policy):
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    said: list[str] = []
+    with served() as server:
+        proxy = ProxyThread(upstream_of(server), tmp_path / "t", on_record_error=policy, say=said.append)
+        cs = connection_string(proxy.start())
+        sink = proxy.sink
+        sink.write("admin", sink.op(), "wait", "invoke", args={"ms": 0})  # opens the file
+        sink.writer = DiskFull()
+        if policy == "relay":
+            with ServiceBusClient.from_connection_string(cs, retry_total=0) as client:
+                with client.get_queue_sender("work") as s:
+                    s.send_messages(ServiceBusMessage("x", message_id="unrecorded"))
+                with client.get_queue_receiver("work") as r:  # the broker got it: traffic went on, unrecorded
+                    assert [m.message_id for m in receive_n(r, 1)] == ["unrecorded"]
+        else:
+            with pytest.raises(Exception):  # the proxy stops at the first event it cannot write
+                with ServiceBusClient.from_connection_string(cs, retry_total=0) as client:
+                    with client.get_queue_sender("work") as s:
+                        for _ in range(50):
+                            s.send_messages(ServiceBusMessage("x"))
+                            time.sleep(0.05)
+        if policy == "stop":
+            proxy.thread.join(15)
+            assert not proxy.thread.is_alive()
+        proxy.stop()
+    assert sink.failed and "No space left on device" in sink.failed
+    assert sum("recording stopped" in line for line in said) == 1  # said once
+
+
 # ------------------------------------------------------------------ the command
 
 
