@@ -88,10 +88,28 @@ class Splitter:
 
 def decode(frame: Frame) -> tuple[int | None, list, memoryview]:
     """(descriptor code, fields, payload) of a frame; (None, [], empty) for an empty
-    (heartbeat) frame. Raises FrameError if the body is not a described list."""
+    (heartbeat) frame. Raises FrameError if the body is not a described list. Fields
+    are plain Python values (``codec.py``); use ``decode_typed`` to change and re-encode."""
+    from .codec import CodecError, decode_value
+
     body = frame.body
     if not len(body):
         return None, [], body
+    try:
+        value, used = decode_value(body, 0)
+    except (CodecError, IndexError, struct.error, ValueError) as error:
+        raise FrameError(f"undecodable performative: {error}") from None
+    if not isinstance(value, Described) or not isinstance(value.value, list):
+        raise FrameError("the frame body is not a described list")
+    descriptor = value.descriptor
+    code = descriptor if isinstance(descriptor, int) and not isinstance(descriptor, bool) else None
+    return code, value.value, body[used:]
+
+
+def decode_typed(frame: Frame) -> tuple[int | None, list, memoryview]:
+    """As ``decode``, with proton's typed values (uint, symbol...), for frames the proxy
+    changes and re-encodes (``encode_frame``)."""
+    body = frame.body
     data = Data()
     try:
         used = data.decode(bytes(body))
@@ -103,9 +121,16 @@ def decode(frame: Frame) -> tuple[int | None, list, memoryview]:
     if not isinstance(value, Described) or not isinstance(value.value, list):
         raise FrameError("the frame body is not a described list")
     value = _own(value)
-    descriptor = value.descriptor
-    code = int(descriptor) if isinstance(descriptor, int) else None
-    return code, value.value, body[used:]
+    return int(value.descriptor), value.value, body[used:]
+
+
+def with_payload(frame: Frame, payload_at: int, payload: bytes) -> bytes:
+    """The frame with its performative bytes kept as they are and a new payload (a
+    transfer's message) from body offset ``payload_at``."""
+    head = frame.raw[8:frame.doff * 4]
+    perf = bytes(frame.body[:payload_at])
+    size = 8 + len(head) + len(perf) + len(payload)
+    return _FRAME.pack(size, frame.doff, frame.type, frame.channel) + head + perf + payload
 
 
 def _own(value: Any) -> Any:

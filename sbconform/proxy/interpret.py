@@ -53,8 +53,9 @@ from urllib.parse import urlparse
 from proton import Described, Message
 
 from ..server.server import CONDITIONS
+from .codec import CodecError, decode_value
 from .frames import (ATTACH, BEGIN, CLOSE, DETACH, DISPOSITION, END, FLOW, OPEN, SASL_INIT, TRANSFER, Frame, FrameError,
-                     decode, encode_frame, peek, summary)
+                     decode, decode_typed, encode_frame, peek, summary, with_payload)
 from .frames import field as fld
 
 BATCH_FORMAT = 0x80013700
@@ -147,32 +148,55 @@ class Msg:
 
 
 def read_message(data: bytes) -> Msg:
-    m = Message()
-    m.decode(bytes(data))
-    ann = {str(k): v for k, v in (m.annotations or {}).items()}
-    body = m.body
-    size = len(body) if isinstance(body, (bytes, bytearray, str, memoryview)) else None
-    ttl = int(round(m.ttl * 1000)) if m.ttl else None
+    """What the trace needs of an encoded message (its sections, AMQP 1.0 part 3.2)."""
+    buf = bytes(data)
+    pos, n = 0, len(buf)
+    header: list = []
+    ann: dict = {}
+    props: list = []
+    app: dict = {}
+    size = 0
+    sized = False
+    while pos < n:
+        section, pos = decode_value(buf, pos)
+        if not isinstance(section, Described):
+            raise CodecError("a message section that is not described")
+        code = section.descriptor
+        value = section.value
+        if code == 0x70 and isinstance(value, list):
+            header = value
+        elif code == 0x72 and isinstance(value, dict):
+            ann = {str(k): v for k, v in value.items()}
+        elif code == 0x73 and isinstance(value, list):
+            props = value
+        elif code == 0x74 and isinstance(value, dict):
+            app = {str(k): v for k, v in value.items()}
+        elif code == 0x75 and isinstance(value, bytes):
+            size += len(value)
+            sized = True
+        elif code == 0x77 and isinstance(value, (bytes, str)):
+            size += len(value)
+            sized = True
+    ttl = fld(header, 2)
     args = {k: v for k, v in {
-        "body_size": size, "ttl": ttl,
-        # proton reads an absent content-type as the symbol 'None'
-        "content_type": None if m.content_type is None or str(m.content_type) == "None" else str(m.content_type), "correlation_id": _str(m.correlation_id),
-        "subject": _str(m.subject), "to": _str(m.address), "reply_to": _str(m.reply_to),
-        "properties": _jsonable(m.properties) if m.properties else None,
+        "body_size": size if sized else None, "ttl": int(ttl) if ttl else None,
+        "content_type": _str(fld(props, 6)), "correlation_id": _str(fld(props, 5)),
+        "subject": _str(fld(props, 3)), "to": _str(fld(props, 2)), "reply_to": _str(fld(props, 4)),
+        "properties": _jsonable(app) if app else None,
         "scheduled": _ms(ann.get("x-opt-scheduled-enqueue-time")),
     }.items() if v is not None}
-    props = m.properties or {}
     state = ann.get("x-opt-message-state")
     result = {k: v for k, v in {
         "enqueued_time_utc": _ms(ann.get("x-opt-enqueued-time")), "locked_until_utc": _ms(ann.get("x-opt-locked-until")),
-        "state": {1: "deferred", 2: "scheduled"}.get(int(state)) if state is not None else None,
-        "dead_letter_reason": _str(props.get("DeadLetterReason")),
-        "dead_letter_description": _str(props.get("DeadLetterErrorDescription")),
-        "dead_letter_source": _str(ann.get("x-opt-deadletter-source")), "body_size": size,
+        "state": {1: "deferred", 2: "scheduled"}.get(state) if isinstance(state, int) else None,
+        "dead_letter_reason": _str(app.get("DeadLetterReason")),
+        "dead_letter_description": _str(app.get("DeadLetterErrorDescription")),
+        "dead_letter_source": _str(ann.get("x-opt-deadletter-source")), "body_size": size if sized else None,
     }.items() if v is not None}
     seq = ann.get("x-opt-sequence-number")
-    return Msg(_str(m.id), _str(m.group_id), _str(ann.get("x-opt-partition-key")), None if seq is None else int(seq),
-               None if m.delivery_count is None else int(m.delivery_count) + 1, args, result)
+    count = fld(header, 4, 0)
+    return Msg(_str(fld(props, 0)), _str(fld(props, 10)), _str(ann.get("x-opt-partition-key")),
+               int(seq) if isinstance(seq, int) else None, int(count) + 1 if isinstance(count, int) else None, args, result)
 
 
 @dataclass
@@ -424,6 +448,7 @@ class ConnInterp:
             return None
         if frame.type == 1:
             if code == SASL_INIT and self.rec.rewrite_host and len(fields) > 2:
+                _, fields, _ = decode_typed(frame)
                 fields = list(fields)
                 fields[2] = self.rec.rewrite_host
                 return encode_frame(frame, code, fields)
@@ -432,6 +457,7 @@ class ConnInterp:
             self._client_acts(code, fields)
         if code == OPEN:
             if self.rec.rewrite_host:
+                _, fields, _ = decode_typed(frame)
                 fields = list(fields)
                 while len(fields) < 2:
                     fields.append(None)
@@ -526,6 +552,7 @@ class ConnInterp:
                 link.attach_op = (op, "attach", {"kind": "receiver", "mode": link.mode})
                 self._attach_invoke(link)
         if self.rec.rewrite_host and "://" in link.address:
+            _, fields, _ = decode_typed(frame)
             fields = list(fields)
             index = 6 if link.client_is_sender else 5
             term = fields[index]
@@ -593,7 +620,7 @@ class ConnInterp:
             request = Message()
             request.decode(bytes(payload))
             rewritten = self.rec.cbs(request)
-            return encode_frame(frame, TRANSFER, list(fields), rewritten.encode())
+            return with_payload(frame, len(frame.body) - len(payload), rewritten.encode())
         d = self._assemble(link, s, fields, payload, incoming=False)
         if d is None:
             return None
