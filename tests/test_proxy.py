@@ -101,6 +101,41 @@ def test_the_cli_replays_the_recording(recording):
     assert "1 valid, 0 with a violation, 0 unknown" in done.stdout
 
 
+def test_a_client_killed_holding_a_lock_is_a_dropped_connection_and_the_redelivery_replays_valid(recording):
+    """SIGKILL closes the client's TCP connection without an AMQP close: its locks are lost
+    (the broker hands the message to the next receiver at once), and the trace says so."""
+    cs, out, proxy = recording
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    with ServiceBusClient.from_connection_string(cs) as client:
+        with client.get_queue_sender("work") as s:
+            s.send_messages(ServiceBusMessage("x", message_id="orphan"))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from azure.servicebus import ServiceBusClient\n"
+        f"c = ServiceBusClient.from_connection_string({cs!r})\n"
+        "r = c.get_queue_receiver('work')\n"
+        "m = r.receive_messages(max_message_count=1, max_wait_time=10)\n"
+        "print([x.message_id for x in m], flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "['orphan']"
+    finally:
+        holder.kill()
+        holder.wait(10)
+    with ServiceBusClient.from_connection_string(cs) as client:
+        with client.get_queue_receiver("work") as r:
+            again = receive_n(r, 1)
+            assert [(m.message_id, m.delivery_count) for m in again] == [("orphan", 1)]
+            r.complete_message(again[0])
+    proxy.stop()
+    events = events_of(out)
+    drops = [e for e in events if e["op"] == "drop-connection"]
+    assert [(e["phase"], e["entity"]) for e in drops] == [("invoke", "work"), ("ok", "work")]
+    result = replay(out)
+    assert result["summary"]["violations"] == 0 and result["summary"]["unknown"] == 0, result["results"]
+
+
 def test_a_refused_attach_is_recorded_as_failed(recording):
     cs, out, proxy = recording
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
