@@ -529,7 +529,7 @@ class ConnInterp:
         s.c_handles[fld(fields, 1, 0)] = link
         s.names[(link.name, link.client_is_sender)] = link
         if link.kind != "entity":
-            return None
+            return self._rewrite_address(frame, link)
         link.client = self.rec.new_client()
         self.entities.setdefault(link.path, link.client)
         op = self.sink.op()
@@ -551,17 +551,20 @@ class ConnInterp:
             else:
                 link.attach_op = (op, "attach", {"kind": "receiver", "mode": link.mode})
                 self._attach_invoke(link)
-        if self.rec.rewrite_host and "://" in link.address:
-            _, fields, _ = decode_typed(frame)
-            fields = list(fields)
-            index = 6 if link.client_is_sender else 5
-            term = fields[index]
-            values = list(term.value)
-            parsed = urlparse(link.address)
-            values[0] = parsed._replace(netloc=self.rec.rewrite_host).geturl()
-            fields[index] = Described(term.descriptor, values)
-            return encode_frame(frame, ATTACH, fields)
-        return None
+        return self._rewrite_address(frame, link)
+
+    def _rewrite_address(self, frame: Frame, link: Link) -> bytes | None:
+        """Towards Azure: the link address's host is the namespace's, not the proxy's."""
+        if not (self.rec.rewrite_host and "://" in link.address):
+            return None
+        _, fields, _ = decode_typed(frame)
+        fields = list(fields)
+        index = 6 if link.client_is_sender else 5
+        term = fields[index]
+        values = list(term.value)
+        values[0] = urlparse(link.address)._replace(netloc=self.rec.rewrite_host).geturl()
+        fields[index] = Described(term.descriptor, values)
+        return encode_frame(frame, ATTACH, fields)
 
     def _attach_invoke(self, link: Link, time_ms: int | None = None) -> None:
         """A plain attach's invoke: now if successful attaches are recorded, else only
