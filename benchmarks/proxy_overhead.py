@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -60,6 +61,15 @@ def workload(cs: str, messages: int, batch_size: int, body: bytes) -> float:
         return messages / (time.perf_counter() - start)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), 0.0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per round")
@@ -84,9 +94,12 @@ def main() -> int:
             proxied = proxy.stdout.readline().strip()
             body = b"x" * args.body
             direct_rates, proxy_rates = [], []
+            proxy_cpu = 0.0
             for _ in range(args.rounds):
                 direct_rates.append(workload(server.connection_string, args.messages, args.batch, body))
+                before = cpu_seconds(proxy.pid)
                 proxy_rates.append(workload(proxied, args.messages, args.batch, body))
+                proxy_cpu += cpu_seconds(proxy.pid) - before
         finally:
             stop_process(proxy)
             server.stop()
@@ -97,6 +110,8 @@ def main() -> int:
     direct, through = statistics.median(direct_rates), statistics.median(proxy_rates)
     print(f"direct rounds (msgs/s): {', '.join(f'{r:.0f}' for r in direct_rates)}")
     print(f"proxy rounds (msgs/s): {', '.join(f'{r:.0f}' for r in proxy_rates)}; {events} trace events recorded")
+    print(f"proxy CPU per message (relay + recording): {proxy_cpu / (args.messages * args.rounds) * 1e6:.0f} us; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"direct_msgs_per_s={direct:.0f}")
     print(f"proxy_msgs_per_s={through:.0f} ratio={through / direct:.2f}")
     return 0

@@ -147,8 +147,9 @@ class Msg:
     result: dict
 
 
-def read_message(data: bytes) -> Msg:
-    """What the trace needs of an encoded message (its sections, AMQP 1.0 part 3.2)."""
+def read_message(data: bytes, sending: bool = True) -> Msg:
+    """What the trace needs of an encoded message (its sections, AMQP 1.0 part 3.2). A
+    delivered message's application properties are read only for its dead-letter reason."""
     buf = bytes(data)
     pos, n = 0, len(buf)
     header: list = []
@@ -170,7 +171,7 @@ def read_message(data: bytes) -> Msg:
         elif code == 0x73 and isinstance(value, list):
             props = value
         elif code == 0x74 and isinstance(value, dict):
-            app = {str(k): v for k, v in value.items()}
+            app = value if sending else {k: value[k] for k in ("DeadLetterReason", "DeadLetterErrorDescription") if k in value}
         elif code == 0x75 and isinstance(value, bytes):
             size += len(value)
             sized = True
@@ -182,7 +183,7 @@ def read_message(data: bytes) -> Msg:
         "body_size": size if sized else None, "ttl": int(ttl) if ttl else None,
         "content_type": _str(fld(props, 6)), "correlation_id": _str(fld(props, 5)),
         "subject": _str(fld(props, 3)), "to": _str(fld(props, 2)), "reply_to": _str(fld(props, 4)),
-        "properties": _jsonable(app) if app else None,
+        "properties": _jsonable(app) if app and sending else None,
         "scheduled": _ms(ann.get("x-opt-scheduled-enqueue-time")),
     }.items() if v is not None}
     state = ann.get("x-opt-message-state")
@@ -803,7 +804,7 @@ class ConnInterp:
         if link.client_is_sender:
             return
         try:
-            m = read_message(d["payload"])
+            m = read_message(d["payload"], sending=False)
         except Exception as error:
             op = self.sink.op()
             self.ev(link.client, op, "receive", "invoke", entity=link.path)

@@ -20,6 +20,7 @@ from ..trace.io import JsonlWriter, ParquetWriter
 from ..trace.schema import FIELDS, OPERATIONS, PHASES, TraceFormatError
 
 _KINDS = {name: kind for name, kind, _ in FIELDS}
+_OBJECT = json.JSONEncoder(default=str, sort_keys=True).encode  # args and result as JSON text
 
 
 class TraceSink:
@@ -79,7 +80,7 @@ class TraceSink:
                 self.on_error(f"event not recorded: unknown field {k!r} ({op} {phase})")
                 return
             if k in ("args", "result"):
-                v = json.dumps(v, default=str, sort_keys=True)
+                v = _OBJECT(v)
             elif kind == "string":
                 v = str(v)
             elif isinstance(v, bool) or not isinstance(v, int):
