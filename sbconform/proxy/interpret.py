@@ -64,6 +64,8 @@ SESSION_FILTER = "com.microsoft:session-filter"
 LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"
 TICKS_AT_EPOCH = 621355968000000000
 DLQ = "/$deadletterqueue"
+#: unsettled deliveries remembered per session (a receiver letting locks expire forever stays bounded)
+MAX_UNSETTLED = 100_000
 
 CODE_OF_CONDITION = {condition: code.value for code, condition in CONDITIONS.items()}
 CODE_OF_CONDITION.update({"com.microsoft:auth-failed": "unauthorized", "amqp:resource-limit-exceeded": "quota-exceeded",
@@ -821,6 +823,8 @@ class ConnInterp:
         common = dict(entity=link.path, message_id=m.message_id, seq=m.seq, lock=lock, delivery_count=m.delivery_count,
                       session=session, partition_key=m.partition_key, partition=partition)
         if d["id"] is not None and not d["settled"]:
+            if len(s.in_dlv) >= MAX_UNSETTLED:  # bounded: the oldest unsettled delivery is forgotten
+                del s.in_dlv[next(iter(s.in_dlv))]
             s.in_dlv[d["id"]] = {"client": link.client, "entity": link.path, "lock": lock, "message_id": m.message_id,
                                  "seq": m.seq, "session": session, "partition": partition}
             if lock is not None:
