@@ -1,0 +1,111 @@
+"""sbconform record: a recording AMQP proxy between any client and any Service Bus broker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _size(text: str) -> int:
+    units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+    t = text.strip().lower().rstrip("b")
+    mult = units.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in units else t
+    try:
+        value = int(float(number) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 256M)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
+    return value
+
+
+def _key(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=KEY")
+    return name, value
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ..proxy.relay import UsageError
+        from ..proxy.run import build, finish, serve_until_signal
+    except ImportError as error:
+        print(f"sbconform record needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
+        return 2
+    host, port = args.listen
+    try:
+        proxy = build(args.upstream, args.out, host, port, args.format, args.rotate, dict(args.key) if args.key else None,
+                      args.describe, args.on_record_error, args.trace_id, args.record_attach)
+    except UsageError as error:
+        print(f"sbconform record: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as error:
+        print(f"sbconform record: --out {args.out}: {error}", file=sys.stderr)
+        return 2
+    if args.format == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            print("sbconform record: --format parquet needs pyarrow (pip install 'sbconform[spark]')", file=sys.stderr)
+            return 2
+    up = proxy.upstream
+    sink = proxy.rec.sink
+
+    def ready(bound: int) -> None:
+        print(f"sbconform record: listening on {host}:{bound}, relaying to {up.host}:{up.port} ({'TLS' if up.tls else 'plain'}), "
+              f"trace {sink.trace} in {sink.dir}/\n"
+              f"  Endpoint=sb://localhost:{bound};SharedAccessKeyName={next(iter(proxy.rec.cbs.keys))};"
+              f"SharedAccessKey={next(iter(proxy.rec.cbs.keys.values()))};UseDevelopmentEmulator=true;", flush=True)
+
+    try:
+        asyncio.run(serve_until_signal(proxy, ready))
+    except OSError as error:
+        print(f"sbconform record: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    finally:
+        finish(proxy)
+    st = proxy.stats
+    print(f"sbconform record: stopped; {sink.events} events in {len(sink.files)} file(s) ({', '.join(str(f) for f in sink.files[:3])}"
+          f"{'...' if len(sink.files) > 3 else ''}); {st.connections} connections, {st.frames} frames"
+          + (f"; {st.interpreter_errors} frames the recorder could not follow (recorded as info)" if st.interpreter_errors else "")
+          + (f"; {proxy.rec.cbs.refused} client tokens refused" if proxy.rec.cbs.refused else ""), flush=True)
+    if sink.failed:
+        print(f"sbconform record: {sink.failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("record", help="record an application's Service Bus traffic through an AMQP proxy, as a trace")
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 5673), metavar="HOST:PORT",
+                   help="where clients connect, as to an emulator (default 127.0.0.1:5673; port 0 picks one)")
+    p.add_argument("--upstream", required=True, metavar="CONNECTION_STRING",
+                   help="the broker's connection string (Azure: TLS on 5671; UseDevelopmentEmulator=true: plain)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory of the trace files (one recording per directory)")
+    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl",
+                   help="jsonl (default: every event flushed as written) or parquet (complete once the recording stops)")
+    p.add_argument("--rotate", type=_size, default=256 * 1024 * 1024, metavar="SIZE",
+                   help="start a new trace file after about SIZE of events (default 256M)")
+    p.add_argument("--key", type=_key, action="append", metavar="NAME=KEY",
+                   help="a key the clients' CBS tokens may be signed with (repeatable; default the emulator's "
+                        "RootManageSharedAccessKey=SAS_KEY_VALUE)")
+    p.add_argument("--describe", choices=("auto", "control", "admin", "none"), default="auto",
+                   help="read each entity's settings upstream at its first attach (emulator: sbconform's control node; "
+                        "Azure: the administration API) so replay knows lock durations (default auto)")
+    p.add_argument("--on-record-error", choices=("relay", "stop"), default="relay",
+                   help="when recording fails (disk full...): keep relaying unrecorded (default) or stop the proxy")
+    p.add_argument("--record-attach", action="store_true",
+                   help="write every successful link attach too (by default only failed ones: the replay checker does "
+                        "not model attach yet, and a piece holding one replays as unknown)")
+    p.add_argument("--trace-id", default=None, help="the trace id (default record-<UTC time>)")
+    p.set_defaults(func=run)

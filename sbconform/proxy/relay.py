@@ -1,0 +1,398 @@
+"""The recording proxy: an asyncio TCP relay between AMQP clients and one upstream broker.
+
+Clients connect as to an emulator (plain AMQP, ``UseDevelopmentEmulator=true``); for
+each client connection the proxy opens one upstream connection (TLS with SNI on port
+5671 for Azure, plain for an emulator) and relays every frame both ways. Bytes pass
+unchanged, except:
+
+- the CBS ``put-token`` requests (client -> broker): the client's token is checked
+  against the proxy's keys (default: the emulator's well-known key) and replaced by a
+  token for the upstream audience signed with the upstream connection string's key; a
+  client token the proxy refuses is replaced by one the upstream refuses, so the client
+  sees the broker's own authentication failure (CBS, Service Bus docs:
+  https://learn.microsoft.com/azure/service-bus-messaging/service-bus-amqp-protocol-guide#claims-based-authorization);
+- towards Azure only, the host name the client gave (``localhost``) in SASL init, OPEN
+  and link addresses, replaced by the namespace's (Service Bus routes by the OPEN
+  host name).
+
+The interpreter (``interpret.py``) sees each frame in the order it passes; anything it
+raises is caught here: the frame still passes, unchanged, and the failure is written as
+an ``info`` event (or, with ``on_record_error="stop"``, the proxy stops). A stream that
+is not AMQP framing is relayed as raw bytes from then on. Buffers are bounded: broker ->
+client bytes are relayed as they come (interpreted from a copy); client -> broker bytes
+are relayed frame by frame, so at most one incomplete frame (``frames.MAX_FRAME``) is
+held until its last byte comes (or the client's stream ends: then it passes as it is);
+a read waits for the other side to drain the previous write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import quote_plus, unquote_plus
+
+from proton import Message
+
+from ..server.sas import TokenError, check_token, make_token
+from .frames import FrameError, Splitter
+from .interpret import ConnInterp, Recording, entity_path
+
+DEFAULT_KEYS = {"RootManageSharedAccessKey": "SAS_KEY_VALUE"}
+
+
+class UsageError(ValueError):
+    """A bad option or connection string (the user's mistake, said in one line)."""
+
+
+@dataclass
+class Upstream:
+    host: str
+    port: int
+    tls: bool
+    key_name: str
+    key: str
+    emulator: bool
+    connection_string: str
+
+    @property
+    def authority(self) -> str:
+        default = 5671 if self.tls else 5672
+        return self.host if self.port == default and not self.emulator else f"{self.host}:{self.port}"
+
+
+def parse_upstream(text: str) -> Upstream:
+    parts = {}
+    for part in text.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep:
+            parts[key.strip().lower()] = value.strip()
+    endpoint = parts.get("endpoint")
+    if not endpoint:
+        raise UsageError("--upstream: the connection string has no Endpoint=sb://host[:port]")
+    if "://" not in endpoint:
+        raise UsageError(f"--upstream: Endpoint {endpoint!r} is not a URI (sb://host[:port])")
+    hostport = endpoint.split("://", 1)[1].strip("/").split("/", 1)[0]
+    host, _, port = hostport.partition(":")
+    if not host:
+        raise UsageError(f"--upstream: Endpoint {endpoint!r} has no host")
+    emulator = parts.get("usedevelopmentemulator", "").lower() == "true"
+    try:
+        port_n = int(port) if port else (5672 if emulator else 5671)
+    except ValueError:
+        raise UsageError(f"--upstream: Endpoint port {port!r} is not a number") from None
+    if "sharedaccesskeyname" not in parts or "sharedaccesskey" not in parts:
+        raise UsageError("--upstream: the connection string needs SharedAccessKeyName and SharedAccessKey")
+    return Upstream(host, port_n, not emulator, parts["sharedaccesskeyname"], parts["sharedaccesskey"], emulator, text)
+
+
+class CbsRewriter:
+    """Client put-token -> upstream put-token (see the module docstring)."""
+
+    def __init__(self, upstream: Upstream, keys: dict[str, str]) -> None:
+        self.upstream = upstream
+        self.keys = keys
+        self.refused = 0
+
+    def __call__(self, request: Message) -> Message:
+        props = dict(request.properties or {})
+        name = str(props.get("name", ""))
+        token = str(request.body)
+        expiry = None
+        for part in token.split("&"):
+            if part.startswith("se="):
+                try:
+                    expiry = int(part[3:])
+                except ValueError:
+                    pass
+        new_name = f"sb://{self.upstream.authority}/{entity_path(name)}"
+        try:
+            check_token(token, name, self.keys)
+            new_token = make_token(new_name, self.upstream.key_name, self.upstream.key, expiry)
+        except TokenError:
+            self.refused += 1
+            se = expiry or int(time.time() + 3600)
+            new_token = (f"SharedAccessSignature sr={quote_plus(new_name)}&sig={quote_plus('refused-by-the-recording-proxy')}"
+                         f"&se={se}&skn={self.upstream.key_name}")
+        props["name"] = new_name
+        request.properties = props
+        request.body = new_token
+        return request
+
+
+class Describer:
+    """Reads an entity's description out of band (first attach to each entity): through
+    ``sbconform serve``'s ``$sbconform`` control node for an emulator, through the
+    administration client (``ServiceBusAdministrationClient``) for Azure. The first
+    failure turns it off (said once): the trace then lacks the entity's settings and
+    the replay checker assumes Service Bus defaults."""
+
+    def __init__(self, upstream: Upstream, mode: str = "auto", say: Callable[[str], None] | None = None) -> None:
+        self.upstream = upstream
+        self.mode = mode
+        self.client: Any = None
+        self.off = mode == "none"
+        self.say = say or (lambda text: print(f"sbconform record: {text}", file=sys.stderr))
+        self.lock = threading.Lock()
+
+    def __call__(self, path: str) -> dict | None:
+        if self.off:
+            return None
+        base = path[: -len("/$DeadLetterQueue")] if path.lower().endswith("/$deadletterqueue") else path
+        try:
+            with self.lock:
+                if self.client is None:
+                    if self.upstream.emulator and self.mode in ("auto", "control"):
+                        from ..targets.sdk import ControlClient
+
+                        self.client = ControlClient(self.upstream.host, self.upstream.port, self.upstream.key_name, self.upstream.key)
+                    else:
+                        from ..targets.azure_admin import AdminProvisioner
+
+                        self.client = AdminProvisioner(self.upstream.connection_string)
+                found = self.client.call("describe", path=base)
+            return {str(k): v for k, v in dict(found).items()}
+        except Exception as error:
+            self.off = True
+            self.say(f"cannot describe entities upstream ({type(error).__name__}: {str(error)[:200]}); "
+                     "the trace will not carry entity settings (lock duration, max delivery count): replay assumes the defaults")
+            return None
+
+    def close(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+
+
+@dataclass
+class Stats:
+    connections: int = 0
+    open: int = 0
+    frames: int = 0
+    interpreter_errors: int = 0
+    upstream_failures: int = 0
+    errors: list = field(default_factory=list)
+
+
+class Proxy:
+    def __init__(self, upstream: Upstream, recording: Recording, listen_host: str = "127.0.0.1", listen_port: int = 5673,
+                 describer: Callable[[str], dict | None] | None = None, on_record_error: str = "relay",
+                 ssl_context: ssl.SSLContext | None = None, say: Callable[[str], None] | None = None) -> None:
+        self.upstream = upstream
+        self.rec = recording
+        self.listen_host = listen_host
+        self.listen_port = listen_port
+        self.describer = describer
+        self.on_record_error = on_record_error
+        self.ssl_context = ssl_context
+        self.say = say or (lambda text: print(f"sbconform record: {text}", file=sys.stderr))
+        self.stats = Stats()
+        self.server: asyncio.base_events.Server | None = None
+        self.tasks: set[asyncio.Task] = set()
+        self._stop_requested: asyncio.Event | None = None
+        self.linger = 2.0  # seconds the other direction may go on after one side closed
+        if upstream.tls:
+            self.rec.rewrite_host = upstream.host
+
+    async def start(self) -> int:
+        self._stop_requested = asyncio.Event()
+        self.server = await asyncio.start_server(self._client, self.listen_host, self.listen_port, limit=1 << 20)
+        self.listen_port = self.server.sockets[0].getsockname()[1]
+        return self.listen_port
+
+    def request_stop(self) -> None:
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    async def wait_stopped(self) -> None:
+        assert self._stop_requested is not None
+        await self._stop_requested.wait()
+        await self.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.rec.finish()
+
+    # ------------------------------------------------------------------ one connection
+    def _record_failure(self, where: str, error: BaseException, interp: ConnInterp | None, frame: Any) -> None:
+        self.stats.interpreter_errors += 1
+        text = f"{where}: {type(error).__name__}: {error}"
+        if len(self.stats.errors) < 20:
+            self.stats.errors.append(text)
+        if self.on_record_error == "stop":
+            self.say(f"recording failed ({text}); stopping (--on-record-error stop)")
+            self.request_stop()
+            return
+        if interp is not None and frame is not None:
+            try:
+                interp.unrecognised(frame, f"proxy interpreter error {text}"[:300])
+            except Exception:
+                pass
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self.tasks.add(task)
+        self.stats.connections += 1
+        self.stats.open += 1
+        interp: ConnInterp | None = None
+        up_writer = None
+        try:
+            try:
+                kwargs = {}
+                if self.upstream.tls:
+                    kwargs = {"ssl": self.ssl_context or ssl.create_default_context(), "server_hostname": self.upstream.host}
+                up_reader, up_writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.upstream.host, self.upstream.port, limit=1 << 20, **kwargs), 30)
+            except (OSError, asyncio.TimeoutError, ssl.SSLError) as error:
+                self.stats.upstream_failures += 1
+                self.say(f"cannot reach the upstream {self.upstream.host}:{self.upstream.port}: {error}")
+                return
+            try:
+                interp = ConnInterp(self.rec)
+            except Exception as error:
+                self._record_failure("new connection", error, None, None)
+            a = asyncio.ensure_future(self._pump(reader, up_writer, interp, True))
+            b = asyncio.ensure_future(self._pump(up_reader, writer, interp, False))
+            done, pending = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+            if pending:  # one side ended: let the other say its last frames (a detach's answer...)
+                done, pending = await asyncio.wait(pending, timeout=self.linger)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for w in (writer, up_writer):
+                if w is not None:
+                    try:
+                        w.close()
+                    except Exception:
+                        pass
+            if interp is not None:
+                try:
+                    interp.connection_lost()
+                except Exception as error:
+                    self._record_failure("connection end", error, None, None)
+            self.stats.open -= 1
+            self.tasks.discard(task)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
+        try:
+            await self._relay(reader, writer, interp, from_client)
+        except (ConnectionError, OSError):
+            pass  # that side went away: the connection ends (the caller closes both)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
+        """One direction. Broker -> client bytes are relayed as they come, interpreted from a
+        copy; client -> broker bytes are relayed frame by frame (a frame the proxy must
+        change, the CBS put-token, is only known once whole), so at most one partial frame
+        is held."""
+        splitter: Splitter | None = Splitter()
+        while True:
+            data = await reader.read(1 << 16)
+            if not data:
+                if from_client and splitter is not None and splitter.buf:
+                    writer.write(bytes(splitter.buf))  # the end of the stream: an incomplete frame passes as it is
+                    splitter.buf.clear()
+                try:
+                    if writer.can_write_eof():
+                        writer.write_eof()
+                except (OSError, RuntimeError):
+                    pass
+                return
+            if splitter is None or interp is None:
+                writer.write(data)
+                await writer.drain()
+                continue
+            if not from_client:
+                writer.write(data)
+            try:
+                frames = splitter.feed(data)
+            except FrameError as error:
+                # not AMQP framing (any more): relay what is held and everything after as raw bytes
+                held = bytes(splitter.buf)  # every byte not yet relayed, this read's included
+                splitter = None
+                self._note_raw(interp, error, from_client)
+                if from_client:
+                    writer.write(held)
+                await writer.drain()
+                continue
+            if not from_client:
+                self.stats.frames += len(frames)
+                for frame in frames:
+                    try:
+                        interp.from_broker(frame)
+                    except Exception as error:
+                        self._record_failure("broker frame", error, interp, frame)
+                await writer.drain()
+                continue
+            if not frames:
+                continue
+            self.stats.frames += len(frames)
+            try:
+                hold = any(interp.may_change(f) for f in frames)
+            except Exception:
+                hold = True
+            if not hold:  # the usual case: relay at once, interpret after
+                writer.write(frames[0].raw if len(frames) == 1 else b"".join(f.raw for f in frames))
+                for frame in frames:
+                    try:
+                        interp.from_client(frame)
+                    except Exception as error:
+                        self._record_failure("client frame", error, interp, frame)
+                await writer.drain()
+                continue
+            out = bytearray()
+            for frame in frames:
+                replacement = None
+                try:
+                    path = interp.describe_needed(frame)
+                except Exception:
+                    path = None
+                if path and self.describer is not None:
+                    if out:
+                        writer.write(bytes(out))
+                        out.clear()
+                    await self._describe(path)
+                try:
+                    replacement = interp.from_client(frame)
+                except Exception as error:
+                    self._record_failure("client frame", error, interp, frame)
+                out += replacement if replacement is not None else frame.raw
+            writer.write(bytes(out))
+            await writer.drain()
+
+    def _note_raw(self, interp: ConnInterp, error: FrameError, from_client: bool) -> None:
+        try:
+            op = interp.sink.op()
+            side = "client" if from_client else "broker"
+            interp.ev("admin", op, "describe-entity", "invoke")
+            interp.ev("admin", op, "describe-entity", "info",
+                      result={"unrecognised": f"the {side}'s bytes are not AMQP framing ({error}); relayed raw from here on"})
+        except Exception:
+            pass
+
+    async def _describe(self, path: str) -> None:
+        if not self.rec.needs_description(path):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            found = await asyncio.wait_for(loop.run_in_executor(None, self.describer, path), 30)
+        except Exception as error:
+            found = None
+            self.say(f"describing {path!r} failed: {error}")
+        try:
+            self.rec.described(path, found)
+        except Exception as error:
+            self._record_failure("describe", error, None, None)

@@ -1,0 +1,121 @@
+"""Where the proxy's events go: one trace (one recording), written as JSON Lines
+(each event one flushed line: a crash loses nothing written) or Parquet, split into
+numbered files of a bounded size (``<trace>-00001.jsonl``, ``-00002``...). All files of
+a recording carry the same trace id and continue its ``pos`` and ``op_id`` numbering,
+so the directory replays as one trace (``sbconform replay --local DIR``).
+
+A recording failure (disk full, a bad event) never reaches the relay: ``write`` catches
+it, reports it once through ``on_error`` and, from then on, drops events (``failed``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..trace.io import JsonlWriter, ParquetWriter
+from ..trace.schema import FIELDS, OPERATIONS, PHASES, TraceFormatError
+
+_KINDS = {name: kind for name, kind, _ in FIELDS}
+_OBJECT = json.JSONEncoder(default=str, sort_keys=True).encode  # args and result as JSON text
+
+
+class TraceSink:
+    def __init__(self, out: str | Path, trace: str | None = None, fmt: str = "jsonl", rotate_bytes: int = 256 * 1024 * 1024,
+                 on_error: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time, **meta: Any) -> None:
+        if fmt not in ("jsonl", "parquet"):
+            raise ValueError(f"unknown trace format {fmt!r} (jsonl or parquet)")
+        self.dir = Path(out)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.started = clock()
+        self.clock = clock
+        self.trace = trace or "record-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.started))
+        self.fmt = fmt
+        self.rotate_bytes = max(1, rotate_bytes)
+        self.meta = {"recorder": "sbconform record", "epoch_ms": int(self.started * 1000), **meta}
+        self.on_error = on_error or (lambda text: print(f"sbconform record: {text}", file=sys.stderr))
+        self.pos = 0
+        self.next_op = 0
+        self.files: list[Path] = []
+        self.writer: JsonlWriter | ParquetWriter | None = None
+        self.events_in_file = 0
+        self.failed: str | None = None
+        self.events = 0
+
+    def now(self) -> int:
+        """ms since the recording started: the trace's clock."""
+        return int((self.clock() - self.started) * 1000)
+
+    def epoch_ms(self) -> int:
+        return int(self.started * 1000)
+
+    def op(self) -> int:
+        self.next_op += 1
+        return self.next_op - 1
+
+    def _open(self) -> None:
+        path = self.dir / f"{self.trace}-{len(self.files) + 1:05d}.{self.fmt}"
+        meta = {**self.meta, "part": len(self.files) + 1}
+        # events are built field by field to the format's types above (what check_event
+        # verifies), so the writers need not parse each event again; the tests read every
+        # recording back through the checking readers
+        self.writer = (JsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
+                       else ParquetWriter(path, self.trace, validate=False, **meta))
+        self.files.append(path)
+        self.events_in_file = 0
+
+    def write(self, client: str, op_id: int, op: str, phase: str, time_ms: int | None = None, **fields: Any) -> None:
+        if self.failed is not None:
+            return
+        event = {"trace": self.trace, "pos": self.pos, "time": self.now() if time_ms is None else int(time_ms),
+                 "client": str(client), "op_id": int(op_id), "op": op, "phase": phase}
+        for k, v in fields.items():
+            if v is None:
+                continue
+            kind = _KINDS.get(k)
+            if kind is None:
+                self.on_error(f"event not recorded: unknown field {k!r} ({op} {phase})")
+                return
+            if k in ("args", "result"):
+                v = _OBJECT(v)
+            elif kind == "string":
+                v = str(v)
+            elif isinstance(v, bool) or not isinstance(v, int):
+                v = int(v)
+            event[k] = v
+        if op not in OPERATIONS or phase not in PHASES:
+            self.on_error(f"event not recorded: {op!r} {phase!r} is not an operation and phase of the format")
+            return
+        try:
+            if self.writer is None or self.events_in_file % 16 == 0 and self._size() >= self.rotate_bytes:
+                if self.writer is not None:
+                    self.writer.close()
+                self._open()
+            self.writer.write(event)
+        except TraceFormatError as error:  # an event the interpreter got wrong: said, skipped, recording goes on
+            self.on_error(f"event not recorded: {error}")
+            return
+        except Exception as error:  # a recording failure must not reach the relay
+            self.failed = f"recording stopped at event {self.pos}: {type(error).__name__}: {error}"
+            self.on_error(self.failed)
+            return
+        self.pos += 1
+        self.events += 1
+        self.events_in_file += 1
+
+    def _size(self) -> int:
+        try:
+            return self.files[-1].stat().st_size
+        except (OSError, IndexError):
+            return 0
+
+    def close(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception as error:
+                self.on_error(f"closing the trace: {type(error).__name__}: {error}")
+            self.writer = None
