@@ -40,7 +40,7 @@ class AnyoneMaySettle(ReferenceTarget):
     name = "mutant-anyone-settles"
 
     def _holder(self, receiver, message):
-        store = self.namespace._receiving_store(receiver.path)
+        store = self.namespace.receiving_store(receiver.path)
         lock = store.locks.get(message.lock_token)
         return lock.holder if lock is not None else receiver.private
 

@@ -375,7 +375,7 @@ class Server:
         if state.closed:
             return
         state.closed = True
-        self.namespace.open_connections.discard(state.model_conn)
+        self.namespace.close_connection(state.model_conn)
         for r in state.receivers:
             self.waiting[r.key].discard(r)
         state.receivers.clear()
@@ -541,7 +541,7 @@ class Server:
                 return
             try:
                 self._authorize(state, address)
-                self.namespace._sending_entity(address)
+                self.namespace.sending_entity(address)
             except ServiceBusError as error:
                 self._refuse(link, error)
                 return
@@ -570,7 +570,7 @@ class Server:
         mode = RECEIVE_AND_DELETE if link.remote_snd_settle_mode == Link.SND_SETTLED else PEEK_LOCK
         try:
             self._authorize(state, address)
-            store = self.namespace._receiving_store(address)
+            store = self.namespace.receiving_store(address)
         except ServiceBusError as error:
             self._refuse(link, error)
             return

@@ -37,10 +37,10 @@ import uuid
 from typing import Any, Mapping, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
+from reference.paths import parse as parse_path
 
 from ..processes import stop_process
-
-from .azure_admin import split_path
+from .azure_admin import split_path  # noqa: F401
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
 
 CAPABILITIES = frozenset(
@@ -539,17 +539,14 @@ class SdkTarget(Target):
         from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
 
         receive_mode = ServiceBusReceiveMode.PEEK_LOCK if mode == PEEK_LOCK else ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        sub_queue = None
-        if path.lower().endswith("/$deadletterqueue"):
-            sub_queue = ServiceBusSubQueue.DEAD_LETTER
-            path = path[: -len("/$DeadLetterQueue")]
-        what, entity, subscription = split_path(path)
-        if what == "subscription":
+        parsed = parse_path(path)
+        sub_queue = ServiceBusSubQueue.DEAD_LETTER if parsed.dead_letter else None
+        if parsed.subscription is not None:
             return self.client.get_subscription_receiver(
-                topic_name=entity, subscription_name=subscription,
+                topic_name=parsed.entity, subscription_name=parsed.subscription,
                 receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs,
             )
-        return self.client.get_queue_receiver(queue_name=path, receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs)
+        return self.client.get_queue_receiver(queue_name=parsed.entity, receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs)
 
     def receiver(self, path: str, mode: str = PEEK_LOCK) -> Handle:
         receiver = self._receiver(path, mode)

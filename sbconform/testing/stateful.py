@@ -121,12 +121,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
             if self.tolerance <= 0:
                 return wanted
             now = self.model.clock.now
-            deadlines = sorted(
-                lock.locked_until
-                for entity in self.model.entities.values()
-                for store in entity.stores
-                for lock in [*store.locks.values(), *store.dead_letter_queue.locks.values()]
-            )
+            deadlines = self.model.lock_deadlines()
             end = now + wanted
             for deadline in deadlines:
                 if abs(deadline - end) <= 2 * self.tolerance:
@@ -145,12 +140,7 @@ def differential_machine(make_target: Callable[[], Target], receivers: int = 3) 
             margin = 2 * self.tolerance
             horizon = now + margin + self.step_allowance
             end = now
-            for deadline in sorted(
-                lock.locked_until
-                for entity in self.model.entities.values()
-                for store in entity.stores
-                for lock in [*store.locks.values(), *store.dead_letter_queue.locks.values()]
-            ):
+            for deadline in self.model.lock_deadlines():
                 if now - margin <= deadline <= max(horizon, end + margin + self.step_allowance):
                     end = max(end, deadline + margin + 1)
             if end > now:

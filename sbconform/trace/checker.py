@@ -34,6 +34,8 @@ from reference.clock import NEVER, TIMESPAN_MAX
 from reference.entity import PING_CONTENT_TYPE, effective_time_to_live
 from reference.errors import ServiceBusError
 from reference.message import Message, State, StoredMessage
+from reference.operations import settle
+from reference.paths import DEAD_LETTER_SUFFIX, entity_key, parse as parse_path
 from reference.partitioning import partition_key, partition_of
 from reference.store import PEEK_LOCK, MessageStore
 
@@ -43,8 +45,7 @@ from .schema import FIELD_NAMES
 (TRACE, POS, TIME, CLIENT, CONN, OP_ID, OP, PHASE, ENTITY, PARTITION, MESSAGE_ID, SEQ, LOCK,
  DELIVERY_COUNT, SESSION, PARTITION_KEY, ARGS, RESULT, ERROR) = range(len(FIELD_NAMES))
 
-DLQ_SUFFIX = "/$deadletterqueue"
-SUBSCRIPTIONS = "/subscriptions/"
+DLQ_SUFFIX = DEAD_LETTER_SUFFIX
 DEFAULT_SEARCH_BOUND = 2000
 MAX_CANDIDATES = 64
 #: operations between checkpoints of the state (a window needing the search rebuilds its
@@ -82,17 +83,8 @@ CLAUSES = {
 }
 
 
-def piece_key(entity: str | None) -> str:
-    """The piece an entity path belongs to: the queue or topic, lower case."""
-    if entity is None:
-        return ""
-    path = entity.lower()
-    cut = path.find(SUBSCRIPTIONS)
-    if cut >= 0:
-        return path[:cut]
-    if path.endswith(DLQ_SUFFIX):
-        return path[: -len(DLQ_SUFFIX)]
-    return path
+#: The piece an entity path belongs to: the queue or topic, lower case (reference/paths.py).
+piece_key = entity_key
 
 
 class Violation(Exception):
@@ -431,16 +423,10 @@ class PieceModel:
         holder = self._holder(inv)
         op = inv[OP]
         try:
-            if op == "complete":
-                store.complete(now, holder, token)
-            elif op == "abandon":
-                store.abandon(now, holder, token)
-            elif op == "defer":
-                store.defer(now, holder, token)
-            elif op == "dead-letter":
-                args = self._args(inv)
-                store.dead_letter(now, holder, token, args.get("reason"), args.get("description"))
-            else:  # renew-lock
+            if op != "renew-lock":
+                args = self._args(inv) if op == "dead-letter" else {}
+                settle(store, op, now, holder, token, reason=args.get("reason"), description=args.get("description"))
+            else:
                 until = store.renew_lock(now, holder, token)
                 self.locks[lock] = (p, dead_letter, token, seq, until)
                 if check and comps and comps[0][RESULT] is not None:
@@ -866,7 +852,7 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -
                 if checker is None:
                     checker = checkers[key] = PieceChecker(key, search_bound)
                     checker.entity = entity
-                if entity is not None and SUBSCRIPTIONS in entity.lower() and not checker.done:
+                if entity is not None and parse_path(entity).subscription is not None and not checker.done:
                     checker.unknown = f"subscriptions are not modelled by the replay checker yet ({entity})"
                     checker.done = True
                 by_entity[entity] = checker

@@ -30,6 +30,7 @@ from typing import Any
 
 from reference import Message, Namespace, ServiceBusError
 from reference.entity import PING_CONTENT_TYPE
+from reference.operations import settle
 from reference.partitioning import sequence_number
 
 from .checker import CLAUSES, piece_key
@@ -199,15 +200,10 @@ class EntitySim:
                 c.held.append((lock, token, seq, until))
                 return [self._row(c, op_id, op, "info", lock=lock, seq=seq, error="timeout")]
             try:
-                if op == "complete":
-                    ns.complete(conn, path, token)
-                elif op == "abandon":
-                    ns.abandon(conn, path, token)
-                elif op == "defer":
-                    ns.defer(conn, path, token)
-                    self.deferred.append(seq)
-                elif op == "dead-letter":
-                    ns.dead_letter(conn, path, token, "bad", "generated")
+                if op != "renew-lock":
+                    settle(ns, op, conn, path, token, reason="bad", description="generated")
+                    if op == "defer":
+                        self.deferred.append(seq)
                 else:
                     new = ns.renew_lock(conn, path, token)
                     c.held.append((lock, token, seq, new))

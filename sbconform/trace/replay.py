@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from reference.paths import ENTITY_KEY_PATTERN
+
 from .checker import DEFAULT_SEARCH_BOUND, RESULT_FIELDS, check_batches
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
 
@@ -274,7 +276,7 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                     df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
                 else:
                     df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-                piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
+                piece = F.lower(F.regexp_replace(F.col("entity"), ENTITY_KEY_PATTERN, ""))
                 n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
                 df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
             df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
