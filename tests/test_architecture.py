@@ -161,3 +161,36 @@ def test_the_spark_pattern_agrees_with_the_parser(path: str) -> None:
     import re
 
     assert re.sub(ENTITY_KEY_PATTERN, "", path).lower() == entity_key(path)
+
+
+# ------------------------------------------------------------------ target wrappers
+
+
+def test_the_target_wrapper_delegates_every_operation() -> None:
+    """A Target method without a delegation in TargetWrapper would silently run the base
+    class's default (``require`` + NotImplementedError) under recording or metering."""
+    from sbconform.targets.base import Target, TargetWrapper
+
+    own = {"require", "unwrap"}
+    missing = [name for name, value in vars(Target).items()
+               if callable(value) and not name.startswith("_") and name not in own and name not in vars(TargetWrapper)]
+    assert not missing, f"TargetWrapper does not delegate {missing}"
+
+
+def test_wrappers_unwrap_to_the_target_and_keep_their_own_name() -> None:
+    from reference import Message
+    from sbconform.targets.base import TargetWrapper, unwrap
+    from sbconform.targets.reference import ReferenceTarget
+
+    class Named(TargetWrapper):
+        name = "named"
+
+    inner = ReferenceTarget()
+    plain, named = TargetWrapper(inner), Named(TargetWrapper(inner))
+    assert plain.name == inner.name and named.name == "named"
+    assert named.unwrap() is inner and unwrap(named) is inner and unwrap(inner) is inner
+    assert unwrap(named, Named) is named.inner
+    assert plain.capabilities == inner.capabilities and plain.namespace is inner.namespace  # read through
+    path = plain.create_queue("q")
+    plain.send(plain.sender(path), [Message(b"x", message_id="m")])
+    assert [m.message_id for m in inner.peek(inner.receiver(path))] == ["m"]

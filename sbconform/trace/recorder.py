@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
 
-from ..targets.base import PEEK_LOCK, Handle, Received, Target
+from ..targets.base import PEEK_LOCK, Handle, Received, Target, TargetWrapper
 from .io import JsonlWriter
 
 #: the pseudo-client of calls not made on a link (management, faults, waiting)
@@ -174,23 +174,7 @@ class _Client:
         return f"{self.name}.{self.connections}"
 
 
-def _unwrapped(other: Any) -> Any:
-    """Through recording (and metering) wrappers to the target itself."""
-    while True:
-        if isinstance(other, RecordingTarget):
-            other = other.target
-            continue
-        try:
-            from ..paired import MeteredTarget
-        except ImportError:  # pragma: no cover
-            return other
-        if isinstance(other, MeteredTarget):
-            other = other._target
-            continue
-        return other
-
-
-class RecordingTarget(Target):
+class RecordingTarget(TargetWrapper):
     """``target``, with every call recorded by ``recorder`` (see the module docstring).
 
     Handles are the wrapped target's own; the recorder names their clients ``c1``, ``c2``...
@@ -201,22 +185,14 @@ class RecordingTarget(Target):
     """
 
     def __init__(self, target: Target, recorder: TraceRecorder, partitions: int | None = None) -> None:
-        self.target = target
+        super().__init__(target)
+        self.target = target  # the wrapped target (``inner``)
         self.recorder = recorder
         self.namespace_index = recorder.new_namespace()
         self.partitions = partitions  # a Premium namespace's partition count
-        self.name = target.name
-        self.capabilities = target.capabilities
-        self.empty_wait = target.empty_wait
-        self.operation_timeout = target.operation_timeout
         self._clients: dict[int, _Client] = {}  # id(handle) -> client
         self._handles: list[Handle] = []  # keeps ids unique while recorded
         self._partitioned: set[str] = set()  # entities created partitioned (through this wrapper)
-
-    def __getattr__(self, name: str) -> Any:  # target-specific extras (clock_tolerance, namespace...)
-        if name == "target":
-            raise AttributeError(name)
-        return getattr(self.target, name)
 
     # ------------------------------------------------------------- plumbing
     def entity(self, path: str | None) -> str | None:
@@ -328,21 +304,6 @@ class RecordingTarget(Target):
         return client.name, client.conn
 
     # ------------------------------------------------------------ lifecycle
-    def open(self) -> None:
-        self.target.open()
-
-    def close(self) -> None:
-        self.target.close()
-
-    def describe(self) -> dict[str, Any]:
-        return self.target.describe()
-
-    def namespace_name(self) -> str:
-        return self.target.namespace_name()
-
-    def share_clock(self, other: Any) -> None:
-        self.target.share_clock(_unwrapped(other))
-
     def premium_namespace(self, partition_count: int) -> "RecordingTarget":
         return RecordingTarget(self.target.premium_namespace(partition_count), self.recorder, partitions=partition_count)
 
@@ -638,9 +599,6 @@ class RecordingTarget(Target):
                    lambda: self.target.set_session_state(receiver, state))
 
     # ----------------------------------------------------------------- time
-    def now(self) -> int:
-        return self.target.now()
-
     def wait(self, duration: int) -> None:
         self._call("wait", (ADMIN, None), {"args": {"ms": duration}}, lambda: self.target.wait(duration))
 
