@@ -22,9 +22,10 @@ DEAD_LETTER_QUEUE = "$DeadLetterQueue"
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"
 SUBSCRIPTIONS = "/subscriptions/"
 
-#: ``entity_key`` as one regular expression (Java and Python syntax; for Spark SQL's
-#: ``regexp_replace``): replacing every match with "" and lower-casing gives the key.
-ENTITY_KEY_PATTERN = r"(?i)^/+|(/subscriptions/.*|/\$deadletterqueue)?/*$"
+#: ``entity_key`` as regular expressions (Java and Python syntax; for Spark SQL's
+#: ``regexp_replace``): replacing every match of each with "", in order, then lower-casing
+#: gives the key. The steps are ``parse``'s: slashes, the dead-letter suffix, the subscription.
+ENTITY_KEY_PATTERNS = (r"^/+|/+$", r"(?i)/\$deadletterqueue$", r"(?is)/subscriptions/.*$")
 
 
 @dataclass(frozen=True, slots=True)

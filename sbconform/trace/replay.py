@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from reference.paths import ENTITY_KEY_PATTERN, parse as parse_path
+from reference.paths import ENTITY_KEY_PATTERNS, parse as parse_path
 
 from .checker import DEFAULT_SEARCH_BOUND, ENTITY, piece_key
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
@@ -344,7 +344,10 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                     df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
                 else:
                     df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-                piece = F.lower(F.regexp_replace(F.col("entity"), ENTITY_KEY_PATTERN, ""))
+                piece = F.col("entity")
+                for pattern in ENTITY_KEY_PATTERNS:  # reference.paths.entity_key, in Spark SQL
+                    piece = F.regexp_replace(piece, pattern, "")
+                piece = F.lower(piece)
                 n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
                 df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
             df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
