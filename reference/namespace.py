@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, Sequence
 
-from .clock import VirtualClock
+from .clock import Clock, VirtualClock
 from .entity import KB, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
@@ -48,7 +48,7 @@ class Namespace:
     def __init__(
         self,
         name: str = "sbconform",
-        clock: VirtualClock | None = None,
+        clock: Clock | None = None,
         sku: str = "standard",
         partition_count: int | None = None,
     ) -> None:

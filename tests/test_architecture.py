@@ -197,3 +197,11 @@ def test_wrappers_unwrap_to_the_target_and_keep_their_own_name() -> None:
     path = plain.create_queue("q")
     plain.send(plain.sender(path), [Message(b"x", message_id="m")])
     assert [m.message_id for m in inner.peek(inner.receiver(path))] == ["m"]
+
+
+def test_every_clock_the_model_is_given_is_a_clock() -> None:
+    from reference import Clock, VirtualClock
+    from sbconform.server.server import WallClock
+
+    assert isinstance(VirtualClock(), Clock) and isinstance(WallClock(), Clock)
+    assert not isinstance(object(), Clock)
