@@ -104,40 +104,42 @@ class PieceChecker:
                 self.seen_later = True
             return
         try:
-            self._feed(row)
+            # one call per event: the hot path of replay (completion events of the current
+            # operation, then the next invoke)
+            op_id = row[OP_ID]
+            cur = self.current
+            phase = row[PHASE]
+            if cur is not None:
+                if op_id != cur.inv[OP_ID]:
+                    self.current = None
+                    self._completed(cur)
+                elif phase != "invoke":
+                    cur.comps.append(row)
+                    return
+            if phase == "invoke":
+                pending = self.pending
+                if op_id in pending:
+                    raise Undecidable(f"op_id {op_id} invoked twice (pos {row[POS]})")
+                if pending and self.window is None:
+                    # the window becomes concurrent: nothing of it has been applied yet
+                    for c in self.cands:
+                        c.win_start = len(c.log)
+                    self.window = []
+                pending[op_id] = _Op(row)
+                return
+            op = self.pending.pop(op_id, None)
+            if op is None:
+                raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {op_id} that is not pending "
+                                  "(no invoke, or its completion events are not consecutive)")
+            op.done_at = row[POS]
+            self.current = op
+            op.comps.append(row)
         except Violation as v:
             self.violation = v
             self.done = True
         except Undecidable as u:
             self.unknown = str(u)
             self.done = True
-
-    def _feed(self, row: tuple) -> None:
-        cur = self.current
-        if cur is not None and row[OP_ID] != cur.inv[OP_ID]:
-            self.current = None
-            self._completed(cur)
-        phase = row[PHASE]
-        if phase == "invoke":
-            pending = self.pending
-            if row[OP_ID] in pending:
-                raise Undecidable(f"op_id {row[OP_ID]} invoked twice (pos {row[POS]})")
-            if pending and self.window is None:
-                # the window becomes concurrent: nothing of it has been applied yet
-                for c in self.cands:
-                    c.win_start = len(c.log)
-                self.window = []
-            pending[row[OP_ID]] = _Op(row)
-            return
-        op = self.current
-        if op is None:
-            op = self.pending.pop(row[OP_ID], None)
-            if op is None:
-                raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {row[OP_ID]} that is not pending "
-                                  "(no invoke, or its completion events are not consecutive)")
-            op.done_at = row[POS]
-            self.current = op
-        op.comps.append(row)
 
     def _completed(self, op: _Op) -> None:
         window = self.window
@@ -179,7 +181,10 @@ class PieceChecker:
         if len(cands) == 1:
             c = cands[0]
             c.state.apply(op.inv, op.comps)
-            c.applied(op)
+            log = c.log
+            log.append((op.inv, op.comps))
+            if len(log) >= CHECKPOINT_EVERY and c.win_start == 0:
+                c.checkpoint()
             return
         kept, first = [], None
         for c in cands:
