@@ -38,6 +38,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from reference import PEEK_LOCK, RECEIVE_AND_DELETE, SECOND, ErrorCode, Message, Namespace, ServiceBusError, partition_of
+from reference.operations import SETTLEMENTS
+from reference.operations import settle as settle_op
 
 from ..targets import Handle, Received, Target
 
@@ -256,7 +258,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         return out
 
     @precondition(lambda self: self.pairs)
-    @rule(data=st.data(), op=st.sampled_from(["complete", "abandon", "defer", "dead-letter", "renew"]), other=st.booleans())
+    @rule(data=st.data(), op=st.sampled_from(list(SETTLEMENTS)), other=st.booleans())
     def settle(self, data: st.DataObject, op: str, other: bool) -> None:
         self._clear_of_deadlines()
         pair = data.draw(st.sampled_from(self.pairs))
@@ -265,24 +267,20 @@ class DifferentialMachine(RuleBasedStateMachine):
         else:
             index = (pair.receiver + (1 if other else 0)) % len(self.receivers)
             handle, conn, path = self.receivers[index], self.model_receivers[index], "q"
-        t, m = self.target, self.model
-        actions = {
-            "complete": (lambda: t.complete(handle, pair.target_message), lambda: m.complete(conn, path, pair.model_token)),
-            "abandon": (lambda: t.abandon(handle, pair.target_message), lambda: m.abandon(conn, path, pair.model_token)),
-            "defer": (lambda: t.defer(handle, pair.target_message), lambda: m.defer(conn, path, pair.model_token)),
-            "dead-letter": (
-                lambda: t.dead_letter(handle, pair.target_message, "diff", "differential"),
-                lambda: m.dead_letter(conn, path, pair.model_token, "diff", "differential"),
-            ),
-            "renew": (lambda: t.renew_lock(handle, pair.target_message), lambda: m.renew_lock(conn, path, pair.model_token)),
-        }
-        on_target, on_model = actions[op]
+        why = dict(reason="diff", description="differential")  # read by dead-letter only
+
+        def on_target() -> object:
+            return settle_op(self.target, op, handle, pair.target_message, **why)
+
+        def on_model() -> object:
+            return settle_op(self.model, op, conn, path, pair.model_token, **why)
+
         got, error = _outcome(on_target)
         self._sync()
         want, expected = _outcome(on_model)
         if error != expected:
             raise Divergence(f"{op} of {pair.message_id}: target answered {error or 'ok'}, the model {expected or 'ok'}")
-        if op == "renew" and error is None and abs((got - self.t0) - want) > self.tolerance:
+        if op == "renew-lock" and error is None and abs((got - self.t0) - want) > self.tolerance:
             raise Divergence(f"renew of {pair.message_id}: locked until {got - self.t0}, the model says {want}")
 
     @rule(data=st.data(), index=st.integers(0, 2))
