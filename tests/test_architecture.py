@@ -205,3 +205,37 @@ def test_every_clock_the_model_is_given_is_a_clock() -> None:
 
     assert isinstance(VirtualClock(), Clock) and isinstance(WallClock(), Clock)
     assert not isinstance(object(), Clock)
+
+
+# ------------------------------------------------------------------ the model's public surface
+
+
+def test_the_model_surface_a_server_uses() -> None:
+    from reference import ErrorCode, Message, Namespace, ServiceBusError
+
+    ns = Namespace()
+    ns.create_queue("q", lock_duration=5_000)
+    ns.create_queue("idle")
+    ns.create_topic("t")
+    ns.create_subscription("t", "s")
+    conn = ns.connect()
+    assert ns.sending_entity("Q").path == "q"
+    assert ns.receiving_store("q/$DeadLetterQueue").is_dead_letter
+    assert ns.receiving_store("t/Subscriptions/S") is ns.entities["t"].subscriptions["s"].store
+    for bad, code in (("t/Subscriptions/s", ErrorCode.INVALID_OPERATION), ("nope", ErrorCode.ENTITY_NOT_FOUND)):
+        try:
+            ns.sending_entity(bad)
+        except ServiceBusError as error:
+            assert error.code is code
+        else:
+            raise AssertionError(f"sending to {bad!r} was allowed")
+    ns.send(conn, "q", [Message(b"a", message_id="a")])
+    (delivery,) = ns.receive(conn, "q")
+    assert ns.lock_deadlines() == [delivery.locked_until] == [5_000]
+    assert ns.tick_due(4_999) == []  # nothing due yet
+    ns.clock.advance(5_000)
+    assert ns.tick_due() == ["q"]  # the lock expired: only q changed
+    assert ns.lock_deadlines() == []
+    assert ns.tick_due(keys=["idle", "missing"]) == []
+    ns.close_connection(conn)
+    assert conn not in ns.open_connections
