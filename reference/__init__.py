@@ -4,7 +4,7 @@ Pure Python, standard library only, no I/O, no randomness: an executable reading
 the documentation, used as the oracle for every target. Start with ``Namespace``.
 """
 
-from .clock import DAY, HOUR, MINUTE, NEVER, SECOND, TIMESPAN_MAX, INT_MAX, VirtualClock, seconds
+from .clock import DAY, HOUR, MINUTE, NEVER, SECOND, TIMESPAN_MAX, INT_MAX, Clock, VirtualClock, seconds
 from .entity import PING_CONTENT_TYPE, EntityDescription, Queue, Subscription, Topic
 from .errors import TRANSIENT, ErrorCode, ServiceBusError
 from .message import (

@@ -7,6 +7,8 @@ is repeatable and a lock that expires "after 60 seconds" expires at exactly 60_0
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 MILLISECOND = 1
 SECOND = 1000 * MILLISECOND
 MINUTE = 60 * SECOND
@@ -23,6 +25,22 @@ NEVER = 1 << 62
 
 #: .NET ``int.MaxValue``, the backlog queues' max delivery count.
 INT_MAX = 2**31 - 1
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What the model reads time from: ``now`` in whole milliseconds, never going back.
+
+    ``VirtualClock`` is the model's own; a server on real time passes a wall clock
+    (``sbconform.server.server.WallClock``: milliseconds since it started), whose
+    ``advance`` and ``advance_to`` leave time to the wall and return ``now``."""
+
+    @property
+    def now(self) -> int: ...
+
+    def advance(self, duration: int) -> int: ...
+
+    def advance_to(self, instant: int) -> int: ...
 
 
 class VirtualClock:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, Sequence
 
-from .clock import VirtualClock
+from .clock import Clock, VirtualClock
 from .entity import KB, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
 from .rules import Rule
+from .paths import SUBSCRIPTIONS, parse
 from .partitioning import (
     MAX_PARTITIONED_ENTITIES,
     PREMIUM_PARTITION_COUNTS,
@@ -32,9 +33,6 @@ from .partitioning import (
 )
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 from .transactions import Transactions
-
-DEAD_LETTER_SUFFIX = "/$deadletterqueue"
-SUBSCRIPTIONS = "/subscriptions/"
 
 RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
 
@@ -52,7 +50,7 @@ class Namespace:
     def __init__(
         self,
         name: str = "sbconform",
-        clock: VirtualClock | None = None,
+        clock: Clock | None = None,
         sku: str = "standard",
         partition_count: int | None = None,
     ) -> None:
@@ -125,7 +123,7 @@ class Namespace:
         duplicate detection, partitioning) cannot change (PART-CREATE-002); a partitioned
         entity is updated on every partition or not at all (PART-MGMT-001/002)."""
         entity, store = self._resolve(path)
-        if store is not None and not isinstance(entity, (Topic, PartitionedTopic)):
+        if store is not None and entity.kind != "topic":
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' cannot be updated; update its entity.")
         owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
         current = owner.description
@@ -137,7 +135,7 @@ class Namespace:
                 f"'{path}': {', '.join(fixed)} can only be chosen when the entity is created.",
                 transient=False,
             )
-        if isinstance(entity, PartitionedEntity):
+        if entity.partitioned:
             entity.require_all_available("update")
         owner.description = new
         if owner is entity:
@@ -154,7 +152,7 @@ class Namespace:
         self, topic_path: str, name: str, description: EntityDescription | None = None, **properties: Any
     ) -> Subscription:
         topic = self._entity(topic_path)
-        if not isinstance(topic, (Topic, PartitionedTopic)):
+        if topic.kind != "topic":
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
         d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
         self._routes.clear()
@@ -190,13 +188,14 @@ class Namespace:
     def delete(self, path: str) -> None:
         self._routes.clear()
         key = path.lower()
-        entity = self.entities.get(key.split(SUBSCRIPTIONS)[0])
-        if isinstance(entity, PartitionedEntity):
+        parsed = parse(path) if SUBSCRIPTIONS in key else None
+        entity = self.entities.get(parsed.key if parsed is not None else key)
+        if entity is not None and entity.partitioned:
             entity.require_all_available("delete")  # PART-MGMT-002
-        if SUBSCRIPTIONS in key:
-            topic_path, name = path[: key.index(SUBSCRIPTIONS)], path[key.index(SUBSCRIPTIONS) + len(SUBSCRIPTIONS):]
+        if parsed is not None:
+            topic_path, name = parsed.entity, parsed.subscription
             topic = self._entity(topic_path)
-            if not isinstance(topic, (Topic, PartitionedTopic)):
+            if topic.kind != "topic":
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{topic_path}' is not a topic.")
             topic.remove_subscription(name)
             return
@@ -212,7 +211,7 @@ class Namespace:
 
     def describe(self, path: str) -> EntityDescription:
         entity, store = self._resolve(path)
-        if isinstance(entity, (Topic, PartitionedTopic)) and store is not None:
+        if entity.kind == "topic" and store is not None:
             return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()].description
         return entity.description
 
@@ -224,9 +223,9 @@ class Namespace:
         entity.tick(now)
         if store is not None:
             sources = [store]
-        elif isinstance(entity, PartitionedQueue):
+        elif entity.partitioned and entity.kind == "queue":
             sources = [entity.store]  # its counts sum the partitions that answer
-        elif isinstance(entity, PartitionedTopic):
+        elif entity.partitioned:
             sources = [sub.store for sub in entity.subscriptions.values()]
         else:
             sources = entity.stores
@@ -236,8 +235,8 @@ class Namespace:
             s.dead_letter_queue.tick(now)
             for key, value in s.counts().items():
                 info[key] += value
-        info["availability_status"] = entity.availability_status if isinstance(entity, PartitionedEntity) else "available"
-        if isinstance(entity, PartitionedEntity):
+        info["availability_status"] = entity.availability_status if entity.partitioned else "available"
+        if entity.partitioned:
             info["partition_count"] = entity.partition_count
         return info
 
@@ -245,7 +244,7 @@ class Namespace:
 
     def partitioned(self, path: str) -> PartitionedEntity:
         entity, _ = self._resolve(path)
-        if not isinstance(entity, PartitionedEntity):
+        if not entity.partitioned:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not partitioned.")
         return entity
 
@@ -262,6 +261,12 @@ class Namespace:
         conn = next(self._connections)
         self.open_connections.add(conn)
         return conn
+
+    def close_connection(self, conn: int) -> None:
+        """The client closed the connection itself (an AMQP CLOSE); what it settled stays settled,
+        and a transaction it never discharged ends with it (TXN-CONN-001)."""
+        self.open_connections.discard(conn)
+        self.transactions.drop_connection(conn)
 
     def drop_connection(self, conn: int) -> None:
         """SETTLE-LOCK-009: the connection is gone, and every lock it held with it."""
@@ -337,20 +342,12 @@ class Namespace:
     def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
         self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)
 
-    def sending_entity(self, path: str) -> Entity:
-        """The queue or topic a send to ``path`` reaches (an error for anything else)."""
-        return self._sending_entity(path)
-
-    def receiving_store(self, path: str) -> MessageStore:
-        """The store a receive or settlement on ``path`` works on (queue, subscription, or a dead-letter queue)."""
-        return self._receiving_store(path)
-
     def _sending_entity(self, path: str) -> Entity:
         route = self._routes.get(path)
         entity, store = route if route is not None else self._resolve(path)
         if store is not None:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Cannot send to '{path}': only queues and topics accept sends.")
-        if isinstance(entity, (Topic, Queue, PartitionedEntity)):
+        if entity.kind in ("queue", "topic"):
             return entity
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"Cannot send to '{path}'.")
 
@@ -417,12 +414,12 @@ class Namespace:
         On a partitioned entity one partition answers (PART-PEEK-002); ``choose`` says which."""
         entity, store = self._resolve(path)
         store = self._receiving_store(path)
-        if isinstance(entity, PartitionedEntity):
+        if entity.partitioned:
             scheduled = entity.scheduled_deliveries(from_sequence_number) if entity.kind == "queue" and not store.is_dead_letter else []
             scheduled = [d for d in scheduled if session_id is None or d.session_id == session_id]
             return store.peek(self.clock.now, from_sequence_number, max_count, session_id, choose, scheduled)
         found = store.peek(self.clock.now, from_sequence_number, max_count, session_id)
-        if isinstance(entity, Queue) and not store.is_dead_letter and entity.scheduled:
+        if entity.kind == "queue" and not store.is_dead_letter and entity.scheduled:
             scheduled = [
                 d for d in entity.scheduled_deliveries(from_sequence_number)
                 if session_id is None or d.session_id == session_id
@@ -484,6 +481,54 @@ class Namespace:
         times = [t for t in (e.next_due() for e in self.entities.values()) if t is not None]
         return min(times) if times else None
 
+    def tick_due(self, now: int | None = None, keys: Iterable[str] | None = None) -> list[str]:
+        """Let time act on every entity (or those keyed ``keys``, lower-case paths) with
+        something due by ``now`` (default: the clock): lock expiries, scheduled messages,
+        expiries. Returns the keys of the entities it ticked, so that a server serves the
+        receivers waiting on them."""
+        now = self.clock.now if now is None else now
+        changed = []
+        entities = self.entities
+        for key in list(entities) if keys is None else keys:
+            entity = entities.get(key)
+            if entity is None:
+                continue
+            due = entity.next_due()
+            if due is not None and due <= now:
+                entity.tick(now)
+                for store in entity.stores:
+                    store.tick(now)
+                    store.dead_letter_queue.tick(now)
+                changed.append(key)
+        return changed
+
+    def lock_deadlines(self) -> list[int]:
+        """When every message lock held now expires (queues, subscriptions and their
+        dead-letter queues), soonest first: the instants at which an answer may change."""
+        return sorted(
+            msg.locked_until
+            for entity in self.entities.values()
+            for store in entity.stores
+            for msg in [*store.locks.values(), *store.dead_letter_queue.locks.values()]
+        )
+
+    # ------------------------------------------------------- public surface
+
+    def receiving_store(self, path: str) -> MessageStore:
+        """The store a receiver on ``path`` takes from (a queue, a subscription, or the
+        dead-letter queue of either), with what time made due applied: what a server
+        checks when a receive link attaches. Unknown or faulted: ``ServiceBusError``."""
+        return self._receiving_store(path)
+
+    def sending_entity(self, path: str) -> Entity:
+        """The queue or topic a sender on ``path`` sends to; ``ServiceBusError`` if it does
+        not exist, is faulted, or does not accept sends (a subscription, a dead-letter queue)."""
+        return self._sending_entity(path)
+
+    def resolve(self, path: str) -> None:
+        """Check that ``path`` names an entity that answers now (``ServiceBusError`` otherwise)."""
+        self._resolve(path)
+
     # ---------------------------------------------------------------- paths
 
     def _entity(self, path: str) -> Entity:
@@ -529,22 +574,19 @@ class Namespace:
         return route
 
     def _route(self, path: str) -> tuple[Entity, MessageStore | None]:
-        key = path.lower().strip("/")
-        dead_letter = key.endswith(DEAD_LETTER_SUFFIX)
-        if dead_letter:
-            key = key[: -len(DEAD_LETTER_SUFFIX)]
-        if SUBSCRIPTIONS in key:
-            topic_key, sub_name = key.split(SUBSCRIPTIONS, 1)
-            topic = self._entity(topic_key)
-            sub = topic.subscriptions.get(sub_name) if isinstance(topic, (Topic, PartitionedTopic)) else None
+        parsed = parse(path)
+        dead_letter = parsed.dead_letter
+        if parsed.subscription is not None:
+            topic = self._entity(parsed.key)
+            sub = topic.subscriptions.get(parsed.subscription_key) if topic.kind == "topic" else None
             if sub is None:
                 raise ServiceBusError(
                     ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{self.name}/{path}' could not be found."
                 )
             return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
-        entity = self._entity(key)
+        entity = self._entity(parsed.key)
         if dead_letter:
-            if not isinstance(entity, (Queue, PartitionedQueue)):
+            if entity.kind != "queue":
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{path}': topics have no dead-letter queue.")
             return entity, entity.store.dead_letter_queue
         return entity, None
@@ -556,7 +598,7 @@ class Namespace:
         if entity.schedule_order:
             entity.tick(now)
         if store is None:
-            if isinstance(entity, (Queue, PartitionedQueue)):
+            if entity.kind == "queue":
                 return entity.store
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION, f"Cannot receive from topic '{path}'; receive from a subscription."

@@ -13,13 +13,13 @@ the catalog:
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec import Catalog, load_catalog
+from spec.catalog import CLAUSE_ID
 
-CLAUSE_TAG = re.compile(r"^[A-Z]+(?:-[A-Z]+)+-\d{3}$")
+CLAUSE_TAG = CLAUSE_ID  # the one clause-id pattern (spec/catalog.py)
 REPO = Path(__file__).resolve().parent.parent
 #: where an installed wheel keeps the features and the tests (``setup.py`` puts them there)
 INSTALLED_KIT = Path(__file__).resolve().parent / "_kit"

@@ -40,7 +40,8 @@ from reference.paired import (
 )
 from reference.paired.failover import Choose
 
-from .targets import PEEK_LOCK, Handle, Received, Target
+from .targets import PEEK_LOCK, Handle, Received, Target, TargetWrapper
+from .targets.base import unwrap as _unwrap
 
 #: Messages the syphon takes from a backlog queue in one receive.
 SYPHON_BATCH = 32
@@ -77,7 +78,7 @@ class Meter:
         return [op for op in self.operations if op.who == who]
 
 
-class MeteredTarget:
+class MeteredTarget(TargetWrapper):
     """A target whose sends and receives are recorded in a ``Meter``; everything else
     passes through unchanged.
 
@@ -87,13 +88,11 @@ class MeteredTarget:
     """
 
     def __init__(self, target: Target, role: str, meter: Meter, who: str = "") -> None:
+        super().__init__(target)
         self._target = target
         self.role = role
         self.meter = meter
         self.who = who
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
 
     def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool) -> None:
         self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who))
@@ -156,14 +155,10 @@ class MeteredTarget:
         self._record("receive", receiver.path, found, True)
         return found
 
-    def share_clock(self, other: Any) -> None:
-        self._target.share_clock(unwrap(other))
-
 
 def unwrap(target: Any) -> Target:
-    while isinstance(target, MeteredTarget):
-        target = target._target
-    return target
+    """Through metering wrappers only (a recording wrapper stays: what it records is the test's trace)."""
+    return _unwrap(target, MeteredTarget)
 
 
 # ----------------------------------------------------------------- messages

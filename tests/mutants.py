@@ -1,7 +1,8 @@
 """Deliberately broken targets. The kit must catch every one of them.
 
 Each mutant is the reference target with one documented behaviour broken, the way a
-real broker or emulator might get it wrong. ``tests/test_mutants.py`` runs the
+real broker or emulator might get it wrong: a ``TargetWrapper`` around a
+``ReferenceTarget`` that overrides only what it breaks. ``tests/test_mutants.py`` runs the
 differential machine and the features against each and requires a failure: a check
 that cannot fail on these is not checking anything.
 """
@@ -12,11 +13,18 @@ from dataclasses import replace
 
 from reference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
 
-from sbconform.targets import register
+from sbconform.targets import TargetWrapper, register
 from sbconform.targets.reference import ReferenceTarget
 
 
-class DeliveryCountAlwaysOne(ReferenceTarget):
+class Mutant(TargetWrapper):
+    """The reference target, with what a subclass overrides broken."""
+
+    def __init__(self) -> None:
+        super().__init__(ReferenceTarget())
+
+
+class DeliveryCountAlwaysOne(Mutant):
     """Reports every delivery as the first (SETTLE-LOCK-010)."""
 
     name = "mutant-delivery-count"
@@ -25,7 +33,7 @@ class DeliveryCountAlwaysOne(ReferenceTarget):
         return [replace(m, delivery_count=1) for m in super().receive(receiver, max_count, max_wait)]
 
 
-class CompleteIgnored(ReferenceTarget):
+class CompleteIgnored(Mutant):
     """Acknowledges complete but keeps the message (SETTLE-COMP-001)."""
 
     name = "mutant-complete-ignored"
@@ -34,13 +42,13 @@ class CompleteIgnored(ReferenceTarget):
         self.namespace.renew_lock(receiver.private, receiver.path, self._token(message))
 
 
-class AnyoneMaySettle(ReferenceTarget):
+class AnyoneMaySettle(Mutant):
     """Lets any receiver settle a lock it does not hold (SETTLE-LOCK-011)."""
 
     name = "mutant-anyone-settles"
 
     def _holder(self, receiver, message):
-        store = self.namespace._receiving_store(receiver.path)
+        store = self.namespace.receiving_store(receiver.path)
         lock = store.locks.get(message.lock_token)
         return lock.holder if lock is not None else receiver.private
 
@@ -51,7 +59,7 @@ class AnyoneMaySettle(ReferenceTarget):
         self.namespace.abandon(self._holder(receiver, message), receiver.path, self._token(message))
 
 
-class ExpiredLockSettles(ReferenceTarget):
+class ExpiredLockSettles(Mutant):
     """Claims success when completing a lost lock (SETTLE-LOCK-008)."""
 
     name = "mutant-expired-lock-settles"
@@ -64,7 +72,7 @@ class ExpiredLockSettles(ReferenceTarget):
                 raise
 
 
-class DeferLosesMessage(ReferenceTarget):
+class DeferLosesMessage(Mutant):
     """Defer deletes the message (SETTLE-DEFR-001)."""
 
     name = "mutant-defer-loses"
@@ -73,7 +81,7 @@ class DeferLosesMessage(ReferenceTarget):
         self.namespace.complete(receiver.private, receiver.path, self._token(message))
 
 
-class AbandonWaitsForExpiry(ReferenceTarget):
+class AbandonWaitsForExpiry(Mutant):
     """Abandon does nothing; the message only comes back when the lock expires (SETTLE-ABAN-001)."""
 
     name = "mutant-abandon-waits"
@@ -82,7 +90,7 @@ class AbandonWaitsForExpiry(ReferenceTarget):
         self._token(message)
 
 
-class IgnoresPartitionKey(ReferenceTarget):
+class IgnoresPartitionKey(Mutant):
     """Spreads keyed messages round-robin as if they had no key (PART-KEY-006)."""
 
     name = "mutant-ignores-partition-key"
@@ -91,7 +99,7 @@ class IgnoresPartitionKey(ReferenceTarget):
         return super().send(sender, [replace(m, partition_key=None) for m in messages], batch)
 
 
-class PingsDelivered(ReferenceTarget):
+class PingsDelivered(Mutant):
     """Hands pings to receivers like any message (PAIR-PING-002)."""
 
     name = "mutant-pings-delivered"

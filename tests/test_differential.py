@@ -8,7 +8,7 @@ import os
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from sbconform.testing.stateful import differential_machine
+from sbconform.testing.stateful import DifferentialMachine
 
 
 @pytest.mark.clauses(
@@ -24,7 +24,9 @@ def test_target_agrees_with_the_model(sb_session, sb_target) -> None:
     A real-time target (one with a ``clock_tolerance``, like the SDK target) waits for real
     lock expiries: it runs a small profile (``SBCONFORM_REALTIME_EXAMPLES`` examples of
     ``SBCONFORM_REALTIME_STEPS`` steps; 2 x 8 by default)."""
-    machine = differential_machine(sb_session.new)
+    def machine() -> DifferentialMachine:
+        return DifferentialMachine(sb_session.new)
+
     if getattr(sb_target, "clock_tolerance", 0) > 0:
         small = settings(
             settings(),  # the loaded profile, with fewer and shorter examples

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
+from model_machine import ModelMachine
 from reference import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     PEEK_LOCK,
@@ -55,8 +56,10 @@ class Lock:
     store: str
 
 
-class SettlementMachine(RuleBasedStateMachine):
+class SettlementMachine(ModelMachine):
     """Peek-lock, receive-and-delete, settlement, deferral, lock expiry, lost connections."""
+
+    max_seconds = 12
 
     @initialize(
         lock_seconds=st.integers(1, 10),
@@ -212,10 +215,6 @@ class SettlementMachine(RuleBasedStateMachine):
         self.issued.append((d.lock_token, mid))
         m.where, m.deferred = "locked", True
 
-    @rule(seconds=st.integers(0, 12))
-    def time_passes(self, seconds: int) -> None:
-        self.ns.clock.advance(seconds * SECOND)
-
     @rule(conn=st.integers(0, 2))
     def drop_connection(self, conn: int) -> None:
         self._expire_locks()
@@ -227,8 +226,6 @@ class SettlementMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_message_is_in_exactly_one_place(self) -> None:
-        if not hasattr(self, "ns"):
-            return
         self._expire_locks()
         main = {d.message_id: str(d.state) for d in self.ns.peek(MAIN, 1, 10_000)}
         dlq = {d.message_id for d in self.ns.peek(DLQ, 1, 10_000)}
@@ -249,8 +246,10 @@ class SettlementMachine(RuleBasedStateMachine):
         assert counts["dead_letter"] == len(dlq)
 
 
-class ExpiryMachine(RuleBasedStateMachine):
+class ExpiryMachine(ModelMachine):
     """Time to live, dead-lettering on expiration, scheduling and duplicate detection."""
+
+    max_seconds = 15
 
     WINDOW = 20 * SECOND
 
@@ -349,14 +348,8 @@ class ExpiryMachine(RuleBasedStateMachine):
             return mid
         return f"{mid}@{seq}"
 
-    @rule(seconds=st.integers(0, 15))
-    def time_passes(self, seconds: int) -> None:
-        self.ns.clock.advance(seconds * SECOND)
-
     @invariant()
     def expired_messages_are_gone_or_dead_lettered(self) -> None:
-        if not hasattr(self, "ns"):
-            return
         now = self.ns.clock.now
         main = {self._key(d.message_id, d.sequence_number) for d in self.ns.peek(MAIN, 1, 10_000) if str(d.state) != "scheduled"}
         scheduled = {d.message_id for d in self.ns.peek(MAIN, 1, 10_000) if str(d.state) == "scheduled"}

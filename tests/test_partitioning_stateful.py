@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
+from model_machine import ModelMachine
 from reference import (
     PEEK_LOCK,
     RECEIVE_AND_DELETE,
@@ -29,7 +30,9 @@ from reference import (
 KEYS = [None, None, "a", "b", "c"]
 
 
-class PartitionMachine(RuleBasedStateMachine):
+class PartitionMachine(ModelMachine):
+    max_seconds = 8
+
     @initialize(premium=st.sampled_from([None, 1, 2, 4]), sessions=st.booleans())
     def setup(self, premium: int | None, sessions: bool) -> None:
         self.ns = Namespace(sku="premium", partition_count=premium) if premium else Namespace()
@@ -119,14 +122,8 @@ class PartitionMachine(RuleBasedStateMachine):
         if self.sessions:
             self.ns.release_session(self.conn, "pq", sid)
 
-    @rule(seconds=st.integers(0, 8))
-    def time_passes(self, seconds: int) -> None:
-        self.ns.clock.advance(seconds * SECOND)
-
     @invariant()
     def properties_hold(self) -> None:
-        if not hasattr(self, "ns"):
-            return
         held: dict[str, int] = {}
         for index, store in enumerate(self.entity.store.partitions):
             for s in (store, store.dead_letter_queue):

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
+from model_machine import ModelMachine
 from reference import PEEK_LOCK, SECOND, ErrorCode, Message, Namespace, ServiceBusError
 
 SESSIONS = ["s1", "s2", "s3"]
@@ -33,7 +34,9 @@ class Ledger:
     locked: dict[str, int] = field(default_factory=dict)  # message -> lock token
 
 
-class SessionMachine(RuleBasedStateMachine):
+class SessionMachine(ModelMachine):
+    max_seconds = 10
+
     @initialize(lock_seconds=st.integers(2, 8), max_delivery_count=st.integers(2, 5))
     def setup(self, lock_seconds: int, max_delivery_count: int) -> None:
         self.ns = Namespace()
@@ -187,14 +190,8 @@ class SessionMachine(RuleBasedStateMachine):
         else:
             ledger.state = value or None
 
-    @rule(seconds=st.integers(0, 10))
-    def time_passes(self, seconds: int) -> None:
-        self.ns.clock.advance(seconds * SECOND)
-
     @invariant()
     def agrees_with_the_ledger(self) -> None:
-        if not hasattr(self, "ns"):
-            return
         self._expire()
         held = {d.message_id for d in self.ns.peek("sq", 1, 10_000)}
         expected = {m for ledger in self.sessions.values() for m in (*ledger.queue, *ledger.locked)}

@@ -22,9 +22,9 @@ from reference.store import PEEK_LOCK, MessageStore  # noqa: E402
 from reference.message import Message, StoredMessage  # noqa: E402
 from sbconform.cli import main  # noqa: E402
 from sbconform.trace import checker as checker_module  # noqa: E402
-from sbconform.trace.checker import CLAUSES, check_batches  # noqa: E402
+from sbconform.trace.checker import CLAUSES  # noqa: E402
 from sbconform.trace.generate import INJECTIONS, SHAPES, generate  # noqa: E402
-from sbconform.trace.replay import exit_code, local_summary, locate, replay_local  # noqa: E402
+from sbconform.trace.replay import check_batches, exit_code, local_summary, locate, replay_local  # noqa: E402
 from sbconform.trace.schema import FIELD_NAMES, TraceFormatError, arrow_schema  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

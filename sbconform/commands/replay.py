@@ -93,7 +93,7 @@ def spark_log():
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trace.replay import exit_code, local_summary, locate, replay_local, replay_spark
+    from ..trace.replay import exit_code, replay_spark, run_local
     from ..trace.schema import TraceFormatError
 
     try:
@@ -105,18 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.local:
-            started = time.perf_counter()
-            notes: list[str] = []
-            results = replay_local(args.paths, args.search_bound, notes)
-            summary = local_summary(results, locate(args.paths), time.perf_counter() - started)
-            summary["notes"] += notes
-            if args.out:
-                out = Path(args.out)
-                out.mkdir(parents=True, exist_ok=True)
-                (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-                with open(out / "pieces.jsonl", "w", encoding="utf-8") as f:
-                    for r in results:
-                        f.write(json.dumps(r) + "\n")
+            summary = run_local(args.paths, args.search_bound, args.out)
         else:
             use_this_interpreter()
             out = args.out or "replay-out"

@@ -359,8 +359,7 @@ class Server:
             return
         state.closed = True
         log.info("connection %d closed%s", state.model_conn, "" if state.clean_close else " without CLOSE (its locks are lost)")
-        self.namespace.open_connections.discard(state.model_conn)
-        self.namespace.transactions.drop_connection(state.model_conn)  # TXN-CONN-001: undischarged work is gone
+        self.namespace.close_connection(state.model_conn)
         for r in state.receivers:
             self.waiting[r.key].discard(r)
         state.receivers.clear()
@@ -532,11 +531,11 @@ class Server:
                 return
             try:
                 self._authorize(state, address)
-                self.namespace._sending_entity(address)
+                self.namespace.sending_entity(address)
                 destination = coordinator.destination_of(link)
                 if destination is not None:  # send via (TXN-VIA-001): both entities are authorised
                     self._authorize(state, _entity_path(destination))
-                    self.namespace._sending_entity(_entity_path(destination))
+                    self.namespace.sending_entity(_entity_path(destination))
                     link.properties = {coordinator.TRANSFER_DESTINATION: destination}
             except ServiceBusError as error:
                 self._refuse(link, error)
@@ -564,7 +563,7 @@ class Server:
         mode = RECEIVE_AND_DELETE if link.remote_snd_settle_mode == Link.SND_SETTLED else PEEK_LOCK
         try:
             self._authorize(state, address)
-            store = self.namespace._receiving_store(address)
+            store = self.namespace.receiving_store(address)
         except ServiceBusError as error:
             self._refuse(link, error)
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
+from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TargetWrapper, unwrap
 
 #: target name -> factory(**options) -> Target. Heavy targets import lazily.
 _FACTORIES: dict[str, Callable[..., Target]] = {}

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from reference import ErrorCode, ServiceBusError
 from reference.clock import TIMESPAN_MAX
+from reference.paths import parse as parse_path
 
 #: EntityDescription fields that are durations (model milliseconds)
 DURATIONS = frozenset({"lock_duration", "default_message_time_to_live", "duplicate_detection_history_time_window", "auto_delete_on_idle"})
@@ -86,10 +87,9 @@ def description_of(kind: str, props: Any) -> dict[str, Any]:
 
 def split_path(path: str) -> tuple[str, str, str | None]:
     """``q`` -> ("entity", "q", None): a queue or a topic; ``t/Subscriptions/s`` -> ("subscription", "t", "s")."""
-    lower = path.lower()
-    if "/subscriptions/" in lower:
-        i = lower.index("/subscriptions/")
-        return "subscription", path[:i], path[i + len("/subscriptions/"):]
+    parsed = parse_path(path)  # the one entity-path parser (reference/paths.py)
+    if parsed.subscription is not None:
+        return "subscription", parsed.entity, parsed.subscription
     return "entity", path, None
 
 

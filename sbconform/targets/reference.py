@@ -158,11 +158,11 @@ class ReferenceTarget(Target):
 
     # ---------------------------------------------------------------- clients
     def sender(self, path: str) -> Handle:
-        self.namespace._resolve(path)  # unknown entity: fail now, as attaching a link does
+        self.namespace.resolve(path)  # unknown entity: fail now, as attaching a link does
         return Handle("sender", path, private=self.namespace.connect())
 
     def receiver(self, path: str, mode: str = PEEK_LOCK) -> Handle:
-        self.namespace._resolve(path)
+        self.namespace.resolve(path)
         return Handle("receiver", path, mode=mode, private=self.namespace.connect())
 
     def accept_session(self, path: str, session_id: str | None = None, mode: str = PEEK_LOCK, max_wait: int | None = None) -> Handle:
@@ -183,7 +183,7 @@ class ReferenceTarget(Target):
                 self.namespace.release_session(handle.private, handle.path, handle.session_id)
             except ServiceBusError:
                 pass  # the session lock was already gone
-        self.namespace.open_connections.discard(handle.private)
+        self.namespace.close_connection(handle.private)
 
     def drop_connection(self, handle: Handle) -> None:
         self.namespace.drop_connection(handle.private)

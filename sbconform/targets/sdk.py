@@ -37,11 +37,11 @@ import uuid
 from typing import Any, Mapping, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
+from reference.paths import parse as parse_path
 
 from ..amqp import codec
 from ..processes import stop_process
-
-from .azure_admin import split_path
+from .azure_admin import split_path  # noqa: F401
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient
 
 CAPABILITIES = frozenset(
@@ -103,162 +103,9 @@ def parse_connection_string(text: str) -> dict[str, str]:
     return out
 
 
-# ------------------------------------------------------------ our own server
-class ServeProcess:
-    """``sbconform serve`` in a child process on a free port."""
-
-    def __init__(self, extra: Sequence[str] = ()) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )
-        first = self.process.stdout.readline()  # type: ignore[union-attr]
-        match = re.search(r"listening on [^:]+:(\d+)", first)
-        if not match:
-            rest = self.process.stdout.read() if self.process.poll() is not None else ""  # type: ignore[union-attr]
-            raise RuntimeError(f"sbconform serve did not start: {first}{rest}")
-        self.port = int(match[1])
-        self.connection_string = self.process.stdout.readline().strip()  # type: ignore[union-attr]
-        # keep draining the output so the child never blocks on a full pipe
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        for _ in self.process.stdout:  # type: ignore[union-attr]
-            pass
-
-    def stop(self) -> None:
-        stop_process(self.process)
-
-
-_SERVE: ServeProcess | None = None
-_SERVE_LOCK = threading.Lock()
-
-
-def shared_server() -> ServeProcess:
-    global _SERVE
-    with _SERVE_LOCK:
-        if _SERVE is None or _SERVE.process.poll() is not None:
-            _SERVE = ServeProcess()
-            atexit.register(_SERVE.stop)
-        return _SERVE
-
-
-_PREMIUM: dict[int, ServeProcess] = {}
-
-
-def premium_server(partition_count: int) -> ServeProcess:
-    """``sbconform serve`` for a partitioned Premium namespace (one per partition count, per process)."""
-    with _SERVE_LOCK:
-        server = _PREMIUM.get(partition_count)
-        if server is None or server.process.poll() is not None:
-            import json
-            import tempfile
-
-            folder = tempfile.mkdtemp(prefix="sbconform-premium-")
-            config = os.path.join(folder, "Config.json")
-            with open(config, "w", encoding="utf-8") as out:
-                json.dump({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Sku": "Premium",
-                                                          "PartitionCount": partition_count, "Queues": [], "Topics": []}]}}, out)
-            server = _PREMIUM[partition_count] = ServeProcess(["--config", config])
-            atexit.register(shutil.rmtree, folder, True)  # runs after the stop registered next (atexit is LIFO)
-            atexit.register(server.stop)
-        return server
-
-
-# ------------------------------------------------------------ control client
-class ControlClient:
-    """Requests to the ``$sbconform`` node of ``sbconform serve`` (proton, blocking)."""
-
-    def __init__(self, host: str, port: int, key_name: str, key: str) -> None:
-        from proton.utils import BlockingConnection, SyncRequestResponse
-
-        from ..server.sas import make_token
-
-        self._token = make_token("sb://sbconform/$sbconform", key_name, key)
-        self._connection = BlockingConnection(f"amqp://{host}:{port}", allowed_mechs="ANONYMOUS", timeout=30)
-        self._client = SyncRequestResponse(self._connection, "$sbconform")
-        self._lock = threading.Lock()
-
-    def call(self, operation: str, **body: Any) -> Any:
-        from proton import Message as AmqpMessage
-
-        request = AmqpMessage(body=body, properties={"operation": operation, "authorization": self._token})
-        with self._lock:
-            response = self._client.call(request)
-        props = response.properties or {}
-        status = int(props.get("statusCode", 500))
-        if status not in (200, 204):
-            code = _code_of_condition(str(props.get("errorCondition", "")))
-            raise ServiceBusError(code, str(props.get("statusDescription", "control request failed")))
-        return response.body
-
-    def close(self) -> None:
-        try:
-            self._connection.close()
-        except Exception:
-            pass
-
-
-class LowLevelClient:
-    """A plain AMQP 1.0 client (python-qpid-proton, blocking) for what the SDK cannot express."""
-
-    def __init__(self, host: str, port: int, tls: bool, key_name: str, key: str) -> None:
-        from proton import SSLDomain
-        from proton.utils import BlockingConnection, SyncRequestResponse
-
-        self.host, self.key_name, self.key = host, key_name, key
-        url = f"{'amqps' if tls else 'amqp'}://{host}:{port}"
-        self._connection = BlockingConnection(
-            url, allowed_mechs="ANONYMOUS", timeout=30, ssl_domain=SSLDomain(SSLDomain.MODE_CLIENT) if tls else None,
-        )
-        self._cbs = SyncRequestResponse(self._connection, "$cbs")
-        self._senders: dict[str, Any] = {}
-
-    def _put_token(self, path: str) -> None:
-        from proton import Message as AmqpMessage
-
-        from ..server.sas import make_token
-
-        audience = f"sb://{self.host}/{path}"
-        request = AmqpMessage(
-            body=make_token(audience, self.key_name, self.key),
-            properties={"operation": "put-token", "type": "servicebus.windows.net:sastoken", "name": audience},
-        )
-        status = int((self._cbs.call(request).properties or {}).get("status-code", 500))
-        if not 200 <= status < 300:
-            raise ServiceBusError(ErrorCode.UNAUTHORIZED, f"CBS put-token for {audience} answered {status}")
-
-    def send_presettled(self, path: str, messages: Sequence[Any]) -> None:
-        from proton.reactor import AtMostOnce
-
-        if path not in self._senders:
-            self._put_token(path)
-            self._senders[path] = self._connection.create_sender(path, options=AtMostOnce())
-        for message in messages:
-            self._senders[path].send(_proton_message(message))
-        # A fence: the broker answers requests of one connection after the transfers before
-        # them, so once this answer is in, the pre-settled transfers have been taken in.
-        self._put_token(path)
-
-    def close(self) -> None:
-        try:
-            self._connection.close()
-        except Exception:
-            pass
-
-
-def _proton_message(message: Any) -> Any:
-    """A ``ServiceBusMessage`` as proton's Message: the bytes the SDK itself would put on the
-    wire (its own encoder), decoded by proton, so every section and AMQP type is the SDK's."""
-    from azure.servicebus._pyamqp._encode import encode_payload
-    from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
-    from proton import Message as AmqpMessage
-
-    encoded = encode_payload(bytearray(), PyamqpTransport.to_outgoing_amqp_message(message.raw_amqp_message))
-    out = AmqpMessage()
-    out.decode(bytes(encoded))
-    return out
+# ------------------------------------------------------------ our own server and plain AMQP clients
+from .proton_client import ControlClient, LowLevelClient, _proton_message  # noqa: E402,F401
+from .serve_process import _PREMIUM, _SERVE_LOCK, ServeProcess, premium_server, shared_server  # noqa: E402,F401
 
 
 #: AMQP condition -> model error code: the codec's one table (sbconform/amqp/codec.py)
@@ -558,17 +405,14 @@ class SdkTarget(Target):
         from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
 
         receive_mode = ServiceBusReceiveMode.PEEK_LOCK if mode == PEEK_LOCK else ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        sub_queue = None
-        if path.lower().endswith("/$deadletterqueue"):
-            sub_queue = ServiceBusSubQueue.DEAD_LETTER
-            path = path[: -len("/$DeadLetterQueue")]
-        what, entity, subscription = split_path(path)
-        if what == "subscription":
+        parsed = parse_path(path)
+        sub_queue = ServiceBusSubQueue.DEAD_LETTER if parsed.dead_letter else None
+        if parsed.subscription is not None:
             return self.client.get_subscription_receiver(
-                topic_name=entity, subscription_name=subscription,
+                topic_name=parsed.entity, subscription_name=parsed.subscription,
                 receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs,
             )
-        return self.client.get_queue_receiver(queue_name=path, receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs)
+        return self.client.get_queue_receiver(queue_name=parsed.entity, receive_mode=receive_mode, sub_queue=sub_queue, prefetch_count=0, **kwargs)
 
     def receiver(self, path: str, mode: str = PEEK_LOCK) -> Handle:
         receiver = self._receiver(path, mode)

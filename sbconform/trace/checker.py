@@ -1,4 +1,4 @@
-"""The trace checker: replays one piece of a trace through the reference model.
+"""The trace checker's model adapter: one piece of a trace through the reference model.
 
 A **piece** is everything that happens to one entity: a queue (with its dead-letter
 subqueue and, when partitioned, all its partitions, so that a key's partition can be
@@ -8,43 +8,35 @@ split by piece and checked in parallel (``sbconform.trace.replay``).
 The model is ``reference.store.MessageStore``, the settlement state machine the
 ``Namespace`` itself uses, one per partition; this module only maps what the trace
 observed (lock tokens as text, clients, sequence numbers) onto it and compares each
-observed result with what the model allows. No second model lives here.
+observed result with what the model allows (``PieceModel.apply``: one operation, its
+invoke and completion events). No second model lives here.
 
-Concurrency. Operations of a piece whose invoke..completion intervals overlap form a
-*window*. The checker first applies each operation at its completion, in completion
-order (the fast path, most windows pass). If an operation of a window does not match,
-the checker goes back to a copy of the state taken when the window became concurrent
-(``MessageStore.clone``) and tries every order the intervals allow (a depth-first
-search, at most ``search_bound`` model steps per window); an operation with an unknown
-outcome (``info``, or still pending at the end) is tried both as happened and as not
-happened. Only if no order fits is it a violation; if the search runs out of steps, or
-the trace holds operations the checker does not model, the piece is *unknown*, with the
-reason. A violation is never reported on a guess.
-
-Each piece stops at its first violation, named with the clause it breaks.
+As Porcupine separates a model from the search over histories, the search over orders
+of concurrent operations is ``sbconform.trace.search`` (``PieceChecker``), and reading
+batches and writing results is ``sbconform.trace.replay``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+
 
 from reference.clock import NEVER, TIMESPAN_MAX
 from reference.entity import PING_CONTENT_TYPE, effective_time_to_live
 from reference.errors import ServiceBusError
 from reference.message import Message, State, StoredMessage
+from reference.operations import settle
+from reference.paths import DEAD_LETTER_SUFFIX, entity_key
 from reference.partitioning import partition_key, partition_of
 from reference.store import PEEK_LOCK, MessageStore
 
-from .schema import FIELD_NAMES
+from .verdicts import (  # noqa: F401  (the row layout and verdicts, importable from here)
+    ARGS, CLAUSES, CLIENT, CONN, DELIVERY_COUNT, ENTITY, ERROR, LOCK, MESSAGE_ID, OP, OP_ID, PARTITION,
+    PARTITION_KEY, PHASE, POS, RESULT, SEQ, SESSION, TIME, TRACE, Undecidable, Violation,
+)
 
-# Row layout: a tuple in FIELD_NAMES order.
-(TRACE, POS, TIME, CLIENT, CONN, OP_ID, OP, PHASE, ENTITY, PARTITION, MESSAGE_ID, SEQ, LOCK,
- DELIVERY_COUNT, SESSION, PARTITION_KEY, ARGS, RESULT, ERROR) = range(len(FIELD_NAMES))
-
-DLQ_SUFFIX = "/$deadletterqueue"
-SUBSCRIPTIONS = "/subscriptions/"
+DLQ_SUFFIX = DEAD_LETTER_SUFFIX
 DEFAULT_SEARCH_BOUND = 2000
 MAX_CANDIDATES = 64
 #: operations between checkpoints of the state (a window needing the search rebuilds its
@@ -52,64 +44,8 @@ MAX_CANDIDATES = 64
 CHECKPOINT_EVERY = 128
 REMEMBER_REMOVED = 20_000
 
-#: The clause each kind of violation breaks.
-CLAUSES = {
-    "lost-message": "SETTLE-SEND-001",
-    "out-of-order": "SETTLE-RECV-002",
-    "out-of-order-session": "SETTLE-SESS-003",
-    "out-of-order-key": "PART-KEY-007",
-    "not-a-partition-head": "PART-RECV-001",
-    "double-delivery": "SETTLE-LOCK-001",
-    "settled-after-lock-expiry": "SETTLE-LOCK-008",
-    "settled-by-other-holder": "SETTLE-LOCK-011",
-    "settled-after-connection-drop": "SETTLE-LOCK-009",
-    "settled-twice": "SETTLE-COMP-002",
-    "max-delivery-count-exceeded": "SETTLE-LOCK-007",
-    "wrong-delivery-count": "SETTLE-LOCK-010",
-    "wrong-partition": "PART-KEY-006",
-    "wrong-session-partition": "PART-KEY-001",
-    "ping-delivered": "PAIR-PING-002",
-    "delivered-after-complete": "SETTLE-COMP-001",
-    "delivered-after-receive-and-delete": "SETTLE-RECV-001",
-    "delivered-after-expiry": "SETTLE-TTL-002",
-    "delivered-after-dead-letter": "SETTLE-DLQ-002",
-    "deferred-delivered": "SETTLE-DEFR-001",
-    "deferred-not-found": "SETTLE-DEFR-002",
-    "unknown-message": "SETTLE-SEQ-001",
-    "session-lock": "SETTLE-SESS-002",
-    "session-not-available": "SETTLE-SESS-004",
-    "renewed-lock": "SETTLE-LOCK-004",
-}
-
-
-def piece_key(entity: str | None) -> str:
-    """The piece an entity path belongs to: the queue or topic, lower case."""
-    if entity is None:
-        return ""
-    path = entity.lower()
-    cut = path.find(SUBSCRIPTIONS)
-    if cut >= 0:
-        return path[:cut]
-    if path.endswith(DLQ_SUFFIX):
-        return path[: -len(DLQ_SUFFIX)]
-    return path
-
-
-class Violation(Exception):
-    def __init__(self, kind: str, row: tuple, expected: str, observed: str, seq: int | None = None,
-                 message_id: str | None = None, watch: int | None = None) -> None:
-        super().__init__(kind)
-        self.kind = kind
-        self.row = row
-        self.expected = expected
-        self.observed = observed
-        self.seq = seq if seq is not None else row[SEQ]
-        self.message_id = message_id if message_id is not None else row[MESSAGE_ID]
-        self.watch = watch  # a head the model expected: lost, or delivered out of order?
-
-
-class Undecidable(Exception):
-    """The checker cannot judge this piece (an operation it does not model, bad pairing)."""
+#: The piece an entity path belongs to: the queue or topic, lower case (reference/paths.py).
+piece_key = entity_key
 
 
 @dataclass
@@ -431,16 +367,10 @@ class PieceModel:
         holder = self._holder(inv)
         op = inv[OP]
         try:
-            if op == "complete":
-                store.complete(now, holder, token)
-            elif op == "abandon":
-                store.abandon(now, holder, token)
-            elif op == "defer":
-                store.defer(now, holder, token)
-            elif op == "dead-letter":
-                args = self._args(inv)
-                store.dead_letter(now, holder, token, args.get("reason"), args.get("description"))
-            else:  # renew-lock
+            if op != "renew-lock":
+                args = self._args(inv) if op == "dead-letter" else {}
+                settle(store, op, now, holder, token, reason=args.get("reason"), description=args.get("description"))
+            else:
                 until = store.renew_lock(now, holder, token)
                 self.locks[lock] = (p, dead_letter, token, seq, until)
                 if check and comps and comps[0][RESULT] is not None:
@@ -543,8 +473,7 @@ _HANDLERS = {
     "peek": PieceModel._nothing,  # peeks change nothing; their results are not compared yet
 }
 
-
-# ------------------------------------------------------------------ the piece
+# ------------------------------------------------------------------ states
 
 
 def distinct(states: list[PieceModel]) -> list[PieceModel]:
@@ -561,314 +490,3 @@ def distinct(states: list[PieceModel]) -> list[PieceModel]:
     return out
 
 
-class _Op:
-    __slots__ = ("inv", "comps", "done_at")
-
-    def __init__(self, inv: tuple) -> None:
-        self.inv = inv
-        self.comps: list = []
-        self.done_at = None  # position of its first completion event
-
-
-class _Cand:
-    """One possible state of the piece, with the checkpoint it can be rebuilt from: the
-    state at ``base`` plus the operations of ``log`` (cheaper than copying the state at
-    every concurrent window: only a window that needs the search rebuilds its start)."""
-
-    __slots__ = ("state", "base", "log", "win_start")
-
-    def __init__(self, state: PieceModel) -> None:
-        self.state = state
-        self.checkpoint()
-
-    def checkpoint(self) -> None:
-        self.state.prune_locks()
-        self.base = self.state.clone()
-        self.log: list[tuple] = []
-        self.win_start = 0
-
-    def applied(self, op: "_Op") -> None:
-        log = self.log
-        log.append((op.inv, op.comps))
-        if len(log) >= CHECKPOINT_EVERY and self.win_start == 0:
-            self.checkpoint()
-
-    def before_window(self) -> PieceModel:
-        state = self.base.clone()
-        for inv, comps in self.log[: self.win_start]:
-            state.apply(inv, comps, check=False)
-        return state
-
-
-class PieceChecker:
-    """Streaming checker of one piece: feed its events in position order, then ``finish``."""
-
-    def __init__(self, key: str, search_bound: int = DEFAULT_SEARCH_BOUND) -> None:
-        self.key = key
-        self.search_bound = search_bound
-        self.shared = Shared()
-        self.cands: list[_Cand] = [_Cand(PieceModel(self.shared))]
-        self.pending: dict[int, _Op] = {}
-        self.current: _Op | None = None  # the operation whose completion events are arriving
-        self.window: list[_Op] | None = None  # ops of the current concurrent window
-        self.failed: Violation | None = None  # first fast-path failure in the window
-        self.needs_search = False
-        self.events = 0
-        self.violation: Violation | None = None
-        self.unknown: str | None = None
-        self.entity: str | None = None
-        self.seen_later: bool = False
-        self.done = False
-
-    # -- input
-    def feed(self, row: tuple) -> None:
-        self.events += 1
-        if self.done:
-            v = self.violation
-            if v is not None and v.watch is not None and row[SEQ] == v.watch and row[OP] == "receive" and row[PHASE] == "ok":
-                self.seen_later = True
-            return
-        try:
-            self._feed(row)
-        except Violation as v:
-            self.violation = v
-            self.done = True
-        except Undecidable as u:
-            self.unknown = str(u)
-            self.done = True
-
-    def _feed(self, row: tuple) -> None:
-        cur = self.current
-        if cur is not None and row[OP_ID] != cur.inv[OP_ID]:
-            self.current = None
-            self._completed(cur)
-        phase = row[PHASE]
-        if phase == "invoke":
-            pending = self.pending
-            if row[OP_ID] in pending:
-                raise Undecidable(f"op_id {row[OP_ID]} invoked twice (pos {row[POS]})")
-            if pending and self.window is None:
-                # the window becomes concurrent: nothing of it has been applied yet
-                for c in self.cands:
-                    c.win_start = len(c.log)
-                self.window = []
-            pending[row[OP_ID]] = _Op(row)
-            return
-        op = self.current
-        if op is None:
-            op = self.pending.pop(row[OP_ID], None)
-            if op is None:
-                raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {row[OP_ID]} that is not pending "
-                                  "(no invoke, or its completion events are not consecutive)")
-            op.done_at = row[POS]
-            self.current = op
-        op.comps.append(row)
-
-    def _completed(self, op: _Op) -> None:
-        window = self.window
-        info = op.comps[0][PHASE] == "info"
-        if window is not None:
-            window.append(op)
-            if info:
-                self.needs_search = True
-            elif self.failed is None and not self.needs_search:
-                for c in self.cands:
-                    try:
-                        c.state.apply(op.inv, op.comps)
-                    except Violation as v:
-                        self.failed = v
-                        break
-                    c.log.append((op.inv, op.comps))
-            if not self.pending:
-                self._close_window()
-            return
-        # a window of one operation: exactly one order
-        if info:
-            forks = []
-            for c in self.cands:
-                happened = c.state.clone()
-                try:
-                    happened.apply(op.inv, [], check=False)
-                    forks.append(_Cand(happened))
-                except Violation:
-                    pass
-                c.checkpoint()
-                forks.append(c)
-            kept = {id(state) for state in distinct([f.state for f in forks])}
-            forks = [f for f in forks if id(f.state) in kept]
-            if len(forks) > MAX_CANDIDATES:
-                raise Undecidable(f"more than {MAX_CANDIDATES} possible states after unknown outcomes (pos {op.done_at})")
-            self.cands = forks
-            return
-        cands = self.cands
-        if len(cands) == 1:
-            c = cands[0]
-            c.state.apply(op.inv, op.comps)
-            c.applied(op)
-            return
-        kept, first = [], None
-        for c in cands:
-            try:
-                c.state.apply(op.inv, op.comps)
-                c.applied(op)
-                kept.append(c)
-            except Violation as v:
-                first = first or v
-        if not kept:
-            raise first
-        self.cands = kept
-
-    def _close_window(self) -> None:
-        window = self.window
-        self.window = None
-        failed, search = self.failed, self.needs_search
-        self.failed, self.needs_search = None, False
-        if failed is None and not search:
-            for c in self.cands:
-                c.win_start = 0
-                if len(c.log) >= CHECKPOINT_EVERY:
-                    c.checkpoint()
-            return
-        starts = [c.before_window() for c in self.cands]
-        self.cands = [_Cand(state) for state in self._search(starts, window, failed)]
-
-    def _search(self, starts: list[PieceModel], ops: list[_Op], failed: Violation | None) -> list[PieceModel]:
-        """Every order of ``ops`` their intervals allow, from each start state."""
-        n = len(ops)
-        before = [[j for j in range(n) if j != i and ops[j].done_at is not None and ops[j].done_at < ops[i].inv[POS]]
-                  for i in range(n)]
-        infos = [not op.comps or op.comps[0][PHASE] == "info" for op in ops]
-        collect_all = any(infos)
-        found: list[PieceModel] = []
-        budget = [self.search_bound]
-        failures: list[tuple[int, int, Violation]] = []  # (ops applied before, not an ordering kind, violation)
-
-        def dfs(state: PieceModel, done: int) -> bool:
-            if done == (1 << n) - 1:
-                found.append(state)
-                return not collect_all
-            for i in range(n):
-                if done & (1 << i) or any(not done & (1 << j) for j in before[i]):
-                    continue
-                branches = (True, False) if infos[i] else (True,)
-                for happen in branches:
-                    budget[0] -= 1
-                    if budget[0] < 0:
-                        raise Undecidable(f"{n} overlapping operations (pos {ops[0].inv[POS]}..{ops[-1].done_at}) "
-                                          f"exceed the search bound of {self.search_bound} steps")
-                    nxt = state.clone()
-                    if happen:
-                        try:
-                            nxt.apply(ops[i].inv, [] if infos[i] else ops[i].comps, check=not infos[i])
-                        except Violation as v:
-                            failures.append((bin(done).count("1"), v.watch is None, v))
-                            continue
-                    if dfs(nxt, done | (1 << i)):
-                        return True
-            return False
-
-        for start in starts:  # each possible state before the window: its first fitting order
-            dfs(start, 0)
-            if collect_all:
-                found[:] = distinct(found)
-            if len(found) > MAX_CANDIDATES:
-                raise Undecidable(f"more than {MAX_CANDIDATES} possible states after unknown outcomes")
-        if not found:
-            if failures:
-                # the operation that fails latest in its order; among those, a direct
-                # violation before an ordering one (a lost or reordered head is often
-                # only the consequence of another operation's violation)
-                failed = max(failures, key=lambda f: (f[0], f[1]))[2]
-            if failed is None:
-                # only unknown outcomes were involved, and even so nothing fits: find which op
-                failed = Violation("out-of-order", ops[-1].comps[0] if ops[-1].comps else ops[-1].inv,
-                                   "some order of the overlapping operations", "none fits")
-            failed.expected += f" (no order of the {n} overlapping operations fits)"
-            raise failed
-        return found[:MAX_CANDIDATES]
-
-    def finish(self) -> dict[str, Any]:
-        """The verdict of this piece, as one result row."""
-        if not self.done:
-            try:
-                if self.current is not None:
-                    cur, self.current = self.current, None
-                    self._completed(cur)
-                if self.pending:
-                    # operations that never completed: unknown outcome
-                    leftover = sorted(self.pending.values(), key=lambda o: o.inv[POS])
-                    self.pending = {}
-                    if self.window is not None:
-                        self.window.extend(leftover)
-                        self.needs_search = True
-                        self._close_window()
-            except Violation as v:
-                self.violation = v
-            except Undecidable as u:
-                self.unknown = str(u)
-        out = {"piece": self.key, "entity": self.entity, "events": self.events, "status": "valid", "pos": None,
-               "message_id": None, "seq": None, "kind": None, "clause": None, "expected": None, "observed": None,
-               "reason": None}
-        v = self.violation
-        if v is not None:
-            kind = v.kind
-            if v.watch is not None and kind in ("lost-message", "out-of-order", "out-of-order-session", "out-of-order-key"):
-                if not self.seen_later:
-                    kind = "lost-message"  # the expected head never came: the message was lost
-                elif kind == "lost-message":
-                    kind = "out-of-order"
-            out.update(status="violation", pos=v.row[POS], message_id=v.message_id, seq=v.seq, kind=kind,
-                       clause=CLAUSES[kind], expected=v.expected, observed=v.observed)
-        elif self.unknown is not None:
-            out.update(status="unknown", reason=self.unknown)
-        return out
-
-
-# ------------------------------------------------------------------ batches
-
-RESULT_FIELDS = (("piece", "string"), ("entity", "string"), ("events", "int64"), ("status", "string"),
-                 ("pos", "int64"), ("message_id", "string"), ("seq", "int64"), ("kind", "string"),
-                 ("clause", "string"), ("expected", "string"), ("observed", "string"), ("reason", "string"))
-
-
-def result_schema():
-    import pyarrow as pa
-
-    types = {"string": pa.string(), "int64": pa.int64()}
-    return pa.schema([pa.field(n, types[t]) for n, t in RESULT_FIELDS])
-
-
-def rows_of(batch) -> Iterator[tuple]:
-    """Row tuples (FIELD_NAMES order) of an Arrow record batch, column-wise conversion."""
-    names = batch.schema.names
-    n = batch.num_rows
-    cols = []
-    for name in FIELD_NAMES:
-        if name in names and name not in ("trace",):
-            cols.append(batch.column(names.index(name)).to_pylist())
-        else:
-            cols.append([None] * n)
-    return zip(*cols)
-
-
-def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> list[dict[str, Any]]:
-    """Check every piece found in ``batches`` (rows of each piece in position order; pieces
-    may interleave). Returns one result per piece."""
-    checkers: dict[str, PieceChecker] = {}
-    by_entity: dict[str | None, PieceChecker] = {}
-    for batch in batches:
-        for row in rows_of(batch):
-            checker = by_entity.get(row[ENTITY])
-            if checker is None:
-                entity = row[ENTITY]
-                key = piece_key(entity)
-                checker = checkers.get(key)
-                if checker is None:
-                    checker = checkers[key] = PieceChecker(key, search_bound)
-                    checker.entity = entity
-                if entity is not None and SUBSCRIPTIONS in entity.lower() and not checker.done:
-                    checker.unknown = f"subscriptions are not modelled by the replay checker yet ({entity})"
-                    checker.done = True
-                by_entity[entity] = checker
-            checker.feed(row)
-    return [c.finish() for c in checkers.values()]

@@ -25,8 +25,74 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .checker import DEFAULT_SEARCH_BOUND, RESULT_FIELDS, check_batches
+from reference.paths import ENTITY_KEY_PATTERNS, parse as parse_path
+
+from .checker import DEFAULT_SEARCH_BOUND, ENTITY, piece_key
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
+from .search import PieceChecker
+
+# ------------------------------------------------------------------ batches and results
+
+RESULT_FIELDS = (("piece", "string"), ("entity", "string"), ("events", "int64"), ("status", "string"),
+                 ("pos", "int64"), ("message_id", "string"), ("seq", "int64"), ("kind", "string"),
+                 ("clause", "string"), ("expected", "string"), ("observed", "string"), ("reason", "string"))
+
+
+def result_schema():
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64()}
+    return pa.schema([pa.field(n, types[t]) for n, t in RESULT_FIELDS])
+
+
+def rows_of(batch) -> Iterator[tuple]:
+    """Row tuples (FIELD_NAMES order) of an Arrow record batch, column-wise conversion."""
+    names = batch.schema.names
+    n = batch.num_rows
+    cols = []
+    for name in FIELD_NAMES:
+        if name in names and name not in ("trace",):
+            cols.append(batch.column(names.index(name)).to_pylist())
+        else:
+            cols.append([None] * n)
+    return zip(*cols)
+
+
+def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> list[dict[str, Any]]:
+    """Check every piece found in ``batches`` (rows of each piece in position order; pieces
+    may interleave). Returns one result per piece."""
+    checkers: dict[str, PieceChecker] = {}
+    by_entity: dict[str | None, PieceChecker] = {}
+    last_entity: Any = object()  # rows of one entity come in runs: look the checker up once per run
+    checker: PieceChecker | None = None
+    for batch in batches:
+        for row in rows_of(batch):
+            entity = row[ENTITY]
+            if entity is last_entity or entity == last_entity:
+                checker.feed(row)  # type: ignore[union-attr]
+                continue
+            last_entity = entity
+            checker = by_entity.get(entity)
+            if checker is None:
+                entity = row[ENTITY]
+                key = piece_key(entity)
+                checker = checkers.get(key)
+                if checker is None:
+                    checker = checkers[key] = PieceChecker(key, search_bound)
+                    checker.entity = entity
+                if entity is not None and parse_path(entity).subscription is not None and not checker.done:
+                    checker.unknown = f"subscriptions are not modelled by the replay checker yet ({entity})"
+                    checker.done = True
+                by_entity[entity] = checker
+            checker.feed(row)
+    return [c.finish() for c in checkers.values()]
+
+
+def error_row(reason: str) -> dict[str, Any]:
+    """The result row of input that could not be read (status ``error``)."""
+    return {"piece": None, "entity": None, "events": 0, "status": "error", "pos": None, "message_id": None,
+            "seq": None, "kind": None, "clause": None, "expected": None, "observed": None, "reason": reason}
+
 
 SPARK_TYPES = {"string": "STRING", "int64": "BIGINT", "int32": "INT"}
 TRACE_DDL = ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind, _ in FIELDS)
@@ -124,7 +190,9 @@ def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(_open(path) if "://" in path else path)
-    for batch in pf.iter_batches(batch_size=batch_size, columns=[n for n in FIELD_NAMES if n in pf.schema_arrow.names]):
+    # the trace id (the same on every row) is neither checked nor read by the checker: not decoded
+    columns = [n for n in FIELD_NAMES if n in pf.schema_arrow.names and n != "trace"]
+    for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
         validate_batch(batch, path)
         yield batch
 
@@ -175,14 +243,30 @@ def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, not
     return check_batches(batches(), search_bound)
 
 
+def run_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, out: str | None = None) -> dict[str, Any]:
+    """``sbconform replay --local``: check in this process and return the summary; with
+    ``out``, write ``out/summary.json`` and ``out/pieces.jsonl`` (one row per piece)."""
+    started = time.perf_counter()
+    notes: list[str] = []
+    results = replay_local(paths, search_bound, notes)
+    summary = local_summary(results, locate(paths), time.perf_counter() - started)
+    summary["notes"] += notes
+    if out:
+        root = Path(out)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        with open(root / "pieces.jsonl", "w", encoding="utf-8") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    return summary
+
+
 # ------------------------------------------------------------------ on Spark
 
 
 def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> Iterator:
     """The ``mapInArrow`` function: the pieces of one Spark partition -> one row each."""
     import pyarrow as pa
-
-    from .checker import result_schema
 
     try:
         def validated():
@@ -191,8 +275,7 @@ def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND)
                 yield batch
         results = check_batches(validated(), search_bound)
     except TraceFormatError as error:
-        results = [{"piece": None, "entity": None, "events": 0, "status": "error", "pos": None, "message_id": None,
-                    "seq": None, "kind": None, "clause": None, "expected": None, "observed": None, "reason": str(error)}]
+        results = [error_row(str(error))]
     if results:
         yield pa.RecordBatch.from_pylist(results, schema=result_schema())
 
@@ -210,16 +293,12 @@ def _file_checker(search_bound: int):
     def run(batches):
         import pyarrow as pa
 
-        from .checker import result_schema
-
         for batch in batches:
             for path in batch.column(0).to_pylist():
                 try:
                     results = check_batches(_parquet_batches(path), search_bound)
                 except TraceFormatError as error:
-                    results = [{"piece": None, "entity": None, "events": 0, "status": "error", "pos": None, "message_id": None,
-                                "seq": None, "kind": None, "clause": None, "expected": None, "observed": None,
-                                "reason": str(error)}]
+                    results = [error_row(str(error))]
                 if results:
                     yield pa.RecordBatch.from_pylist(results, schema=result_schema())
     return run
@@ -274,7 +353,10 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                     df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
                 else:
                     df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-                piece = F.lower(F.regexp_replace(F.col("entity"), r"(?i)(/subscriptions/.*|/\$deadletterqueue)$", ""))
+                piece = F.col("entity")
+                for pattern in ENTITY_KEY_PATTERNS:  # reference.paths.entity_key, in Spark SQL
+                    piece = F.regexp_replace(piece, pattern, "")
+                piece = F.lower(piece)
                 n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
                 df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
             df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
@@ -319,8 +401,6 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
 def _write_results(rows: list[dict], out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from .checker import result_schema
 
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=result_schema()), str(out / "pieces.parquet"))

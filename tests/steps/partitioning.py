@@ -174,7 +174,7 @@ def partition_count(world: World, entity: str, n: str) -> None:
 
 @step(r'every message of "(?P<entity>[^"]+)" is in exactly one partition')
 def one_partition_each(world: World, entity: str) -> None:
-    store = world.target.namespace._receiving_store(world.path(entity))
+    store = world.target.namespace.receiving_store(world.path(entity))
     holders: dict[int, list[int]] = {}
     for index, partition in enumerate(store.partitions):
         for seq in partition.messages:

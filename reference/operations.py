@@ -1,0 +1,31 @@
+"""Settlement operations by name: the one table from an operation to the call that does it.
+
+Traces, the differential machine, the generator and the server name a settlement by its
+trace operation (``complete``, ``abandon``, ``defer``, ``dead-letter``, ``renew-lock``:
+spec/trace-format.md). The same method name does it on every layer of ours: a
+``MessageStore`` (``now, holder, lock_token``), a ``Namespace`` (``conn, path,
+lock_token``) and a target (``handle, message``); only dead-lettering takes a reason and
+a description (SETTLE-DLQ-001).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: trace operation -> method name
+SETTLEMENTS = {
+    "complete": "complete",      # SETTLE-COMP-001
+    "abandon": "abandon",        # SETTLE-ABAN-001
+    "defer": "defer",            # SETTLE-DEFR-001
+    "dead-letter": "dead_letter",  # SETTLE-DLQ-001
+    "renew-lock": "renew_lock",  # SETTLE-LOCK-004
+}
+
+
+def settle(on: Any, op: str, *args: Any, reason: str | None = None, description: str | None = None) -> Any:
+    """Call settlement ``op`` on ``on`` (a store, a namespace or a target) with ``args``;
+    returns what it returns (a renewal: the new locked-until)."""
+    method = getattr(on, SETTLEMENTS[op])
+    if op == "dead-letter":
+        return method(*args, reason, description)
+    return method(*args)

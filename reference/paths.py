@@ -1,0 +1,87 @@
+"""Entity paths, as clients name them: the one parser every layer uses.
+
+Service Bus addresses what a client sends to or receives from by a path relative to the
+namespace (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues#path-to-the-dead-letter-queue,
+https://learn.microsoft.com/azure/service-bus-messaging/service-bus-queues-topics-subscriptions):
+
+- ``q``: a queue or a topic;
+- ``q/$DeadLetterQueue``: a queue's dead-letter subqueue;
+- ``t/Subscriptions/s``: a subscription of topic ``t``;
+- ``t/Subscriptions/s/$DeadLetterQueue``: its dead-letter subqueue.
+
+Names are case-insensitive (the model keys entities by the lower-cased path); leading and
+trailing slashes are ignored. ``parse`` keeps the case as written, ``.key`` lower-cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEAD_LETTER_QUEUE = "$DeadLetterQueue"
+#: the dead-letter suffix and the subscriptions infix, lower case (compare with ``path.lower()``)
+DEAD_LETTER_SUFFIX = "/$deadletterqueue"
+SUBSCRIPTIONS = "/subscriptions/"
+
+#: ``entity_key`` as regular expressions (Java and Python syntax; for Spark SQL's
+#: ``regexp_replace``): replacing every match of each with "", in order, then lower-casing
+#: gives the key. The steps are ``parse``'s: slashes, the dead-letter suffix, the subscription.
+ENTITY_KEY_PATTERNS = (r"^/+|/+$", r"(?i)/\$deadletterqueue$", r"(?is)/subscriptions/.*$")
+
+
+@dataclass(frozen=True, slots=True)
+class EntityPath:
+    """A parsed path: the queue or topic, the subscription if any, and whether it names the
+    dead-letter subqueue. Case as written."""
+
+    entity: str
+    subscription: str | None = None
+    dead_letter: bool = False
+
+    @property
+    def key(self) -> str:
+        """The queue or topic, lower case: how the namespace keys its entities."""
+        return self.entity.lower()
+
+    @property
+    def subscription_key(self) -> str | None:
+        return self.subscription.lower() if self.subscription is not None else None
+
+    @property
+    def base(self) -> str:
+        """The path without the dead-letter suffix (the queue or the subscription)."""
+        if self.subscription is None:
+            return self.entity
+        return subscription_path(self.entity, self.subscription)
+
+    def __str__(self) -> str:
+        return self.base + ("/" + DEAD_LETTER_QUEUE if self.dead_letter else "")
+
+
+def parse(path: str) -> EntityPath:
+    """``q``, ``q/$DeadLetterQueue``, ``t/Subscriptions/s``, ``t/Subscriptions/s/$DeadLetterQueue``."""
+    path = path.strip("/")
+    lower = path.lower()
+    dead_letter = lower.endswith(DEAD_LETTER_SUFFIX)
+    if dead_letter:
+        path = path[: -len(DEAD_LETTER_SUFFIX)]
+        lower = lower[: -len(DEAD_LETTER_SUFFIX)]
+    cut = lower.find(SUBSCRIPTIONS)
+    if cut >= 0:
+        return EntityPath(path[:cut], path[cut + len(SUBSCRIPTIONS):], dead_letter)
+    return EntityPath(path, None, dead_letter)
+
+
+def entity_key(path: str | None) -> str:
+    """The queue or topic a path belongs to, lower case ("" for none): the trace checker's piece."""
+    if path is None:
+        return ""
+    return parse(path).key
+
+
+def dead_letter_path(path: str) -> str:
+    """The dead-letter subqueue of a queue or subscription path."""
+    return path.rstrip("/") + "/" + DEAD_LETTER_QUEUE
+
+
+def subscription_path(topic: str, name: str) -> str:
+    return f"{topic}/Subscriptions/{name}"
