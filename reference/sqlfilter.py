@@ -584,6 +584,11 @@ def _missing(v: Any) -> bool:
     return v is UNKNOWN or v is None
 
 
+#: The longest string an expression may build (ours: Service Bus documents none, and would refuse a copy
+#: larger than the entity's maximum message size anyway).
+MAX_STRING = 1 << 22  # our bound (4 Mi characters), documented in spec/clauses/rules.toml
+
+
 def arithmetic(op: str, a: Any, b: Any) -> Any:
     """``+ - * / %`` with C#'s binding: long op long is long (unchecked, division truncates,
     by zero an error), a double makes it double; + with a string concatenates."""
@@ -591,7 +596,10 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
         return UNKNOWN
     if op == "+" and (isinstance(a, str) or isinstance(b, str)):
         if isinstance(a, (str, int, float, bool)) and isinstance(b, (str, int, float, bool)):
-            return cs_string(a) + cs_string(b)
+            joined = cs_string(a) + cs_string(b)
+            if len(joined) > MAX_STRING:  # a rule action doubling a string per statement would exhaust memory
+                raise FilterEvaluationError(f"a string of {len(joined)} characters exceeds {MAX_STRING}, the largest a message can carry")
+            return joined
     if not (_is_number(a) and _is_number(b)):
         raise FilterEvaluationError(f"operator '{op}' cannot be applied to operands of type {type_name(a)} and {type_name(b)}")
     if isinstance(a, int) and isinstance(b, int):
@@ -685,23 +693,56 @@ def like(value: Any, pattern: Any, escape: Any) -> Any:
             raise FilterEvaluationError(f"LIKE needs a string {name}, not a {type_name(v)}")
     if escape is not None and (not isinstance(escape, str) or len(escape) != 1):
         raise FilterEvaluationError("the ESCAPE character must be a string of length 1")
-    return like_regex(pattern, escape).fullmatch(value) is not None
+    return like_match(value, like_tokens(pattern, escape))
 
 
-def like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
-    out = []
+#: ``%`` (any run) and ``_`` (any one character) in a tokenized LIKE pattern; anything else is a literal
+ANY_RUN, ANY_ONE = object(), object()
+
+
+def like_tokens(pattern: str, escape: str | None) -> list[Any]:
+    """The pattern as literals and wildcards; the escape character makes the next one literal.
+    Runs of ``%`` are one ``%``."""
+    out: list[Any] = []
     i = 0
     while i < len(pattern):
         c = pattern[i]
         if escape is not None and c == escape:
             if i + 1 >= len(pattern):
                 raise FilterEvaluationError("the LIKE pattern ends with its escape character")
-            out.append(re.escape(pattern[i + 1]))
+            out.append(pattern[i + 1])
             i += 2
             continue
-        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+        token = ANY_RUN if c == "%" else ANY_ONE if c == "_" else c
+        if not (token is ANY_RUN and out and out[-1] is ANY_RUN):
+            out.append(token)
         i += 1
-    return re.compile("".join(out), re.DOTALL)
+    return out
+
+
+def like_match(value: str, tokens: list[Any]) -> bool:
+    """Wildcard matching in O(len(value) * len(tokens)) at worst: on a mismatch go back only to
+    the last ``%`` (which then takes one more character). A regular expression backtracks
+    exponentially on patterns such as ``%a%a%a%b`` (a sender controls the value, and may control
+    the pattern: ``user.a LIKE user.p``), which would stop the broker on one message."""
+    v = t = 0
+    star_t, star_v = -1, 0
+    n, m = len(value), len(tokens)
+    while v < n:
+        if t < m and tokens[t] is not ANY_RUN and (tokens[t] is ANY_ONE or tokens[t] == value[v]):
+            v += 1
+            t += 1
+        elif t < m and tokens[t] is ANY_RUN:
+            star_t, star_v = t, v
+            t += 1
+        elif star_t >= 0:
+            star_v += 1
+            v, t = star_v, star_t + 1
+        else:
+            return False
+    while t < m and tokens[t] is ANY_RUN:
+        t += 1
+    return t == m
 
 
 def _deterministic_guids() -> Callable[[], str]:

@@ -211,3 +211,27 @@ def test_deep_nesting_is_refused_not_a_crash(text):
     assert info.value.code is ErrorCode.ARGUMENT_ERROR and "nests more than" in info.value.text
     with pytest.raises(ServiceBusError):
         parse_action("SET a = " + "(" * 100 + "1" + ")" * 100)
+
+
+def test_like_is_linear_not_exponential():
+    """One message must not stop the broker: a regular expression backtracks exponentially on
+    %a%a%a...b against a long run of a (30 s at 100 characters before); the matcher is linear."""
+    import time
+
+    from reference.sqlfilter import like
+
+    started = time.process_time()
+    assert like("a" * 65536, "%a" * 10 + "b", None) is False
+    assert like("a" * 65536 + "b", "%a" * 10 + "b", None) is True
+    assert like("x" * 4000, "%a%a%b", None) is False
+    assert time.process_time() - started < 5  # generous: linear work, well under a second here
+
+
+def test_a_rule_action_cannot_grow_a_string_without_bound():
+    from reference.sqlfilter import FilterEvaluationError, MAX_STRING, arithmetic
+
+    with pytest.raises(FilterEvaluationError, match="exceeds"):
+        s = "x" * 16
+        for _ in range(40):
+            s = arithmetic("+", s, s)
+    assert len(arithmetic("+", "a" * (MAX_STRING // 2), "b" * (MAX_STRING // 2))) == MAX_STRING
