@@ -21,7 +21,7 @@ in the entity; a message completed in it is still locked by its receiver) until 
 the commit checks every buffered operation again and then applies all of them, or none
 (TXN-ATOM-001). A rollback, a timeout or the loss of the connection discards the work: the entity
 is as if the transaction had never run (TXN-ROLLBACK-001). At commit the model applies the
-settlements in the order they were enlisted, then the sends, one batch per destination.
+settlements in the order they were enlisted, then the sends, each as it was sent, in order.
 
 Renewing a lock inside a transaction is allowed (TXN-OPS-001) and takes effect at once: a renewal
 has nothing to undo, and a lock that lapsed before the commit would make the commit fail.
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ErrorCode, ServiceBusError
-from .message import Message
+from .message import Message, message_size
 
 if TYPE_CHECKING:  # pragma: no cover
     from .namespace import Namespace
@@ -44,6 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
 TRANSACTION_TIMEOUT = 2 * 60 * 1000
 #: Messages per transaction (Service Bus quotas).
 MAX_TRANSACTION_MESSAGES = 100
+#: Undischarged transactions one connection may hold, and the bytes their sends may buffer: bounds of
+#: ours (Service Bus documents none), so one client cannot make the broker hold unbounded work.
+MAX_ACTIVE_PER_CONNECTION = 100
+MAX_BUFFERED_BYTES_PER_CONNECTION = 64 * 1024 * 1024
 
 ACTIVE = "active"
 COMMITTED = "committed"
@@ -83,6 +87,9 @@ class Transaction:
     def message_count(self) -> int:
         return sum(len(op.messages) for op in self.operations)
 
+    def buffered_bytes(self) -> int:
+        return sum(message_size(m) for op in self.operations for m in op.messages)
+
     def holds_lock(self, path_key: str, lock_token: int) -> bool:
         return any(op.lock_token == lock_token and scope_key(op.path) == path_key for op in self.operations if op.kind != "send")
 
@@ -109,6 +116,7 @@ class Transactions:
         self.namespace = namespace
         self._ids = itertools.count(1).__next__
         self.active: dict[int, Transaction] = {}
+        self.by_connection: dict[int, set[int]] = {}
 
     # -------------------------------------------------------------- declare and discharge
 
@@ -118,8 +126,16 @@ class Transactions:
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION, "The Basic tier of Service Bus doesn't support transactions.", transient=False
             )
+        self._sweep(conn)
+        if len(self.by_connection.get(conn, ())) >= MAX_ACTIVE_PER_CONNECTION:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"This connection already holds {MAX_ACTIVE_PER_CONNECTION} undischarged transactions; discharge one first.",
+                transient=False,
+            )
         txn = Transaction(self._ids(), conn)
         self.active[txn.txn_id] = txn
+        self.by_connection.setdefault(conn, set()).add(txn.txn_id)
         return txn.txn_id
 
     def discharge(self, conn: int, txn_id: int, fail: bool) -> dict[str, list[int | None]]:
@@ -130,7 +146,7 @@ class Transactions:
         numbers its sends were given, per destination path, in the order they were sent.
         """
         txn = self._get(conn, txn_id)
-        del self.active[txn_id]
+        self._forget(txn)
         now = self.namespace.clock.now
         if fail:
             txn.state = ROLLED_BACK
@@ -155,8 +171,25 @@ class Transactions:
 
     def drop_connection(self, conn: int) -> None:
         """A connection's transactions end with it, rolled back (nothing of them is applied)."""
-        for txn_id in [t for t, txn in self.active.items() if txn.conn == conn]:
+        for txn_id in self.by_connection.pop(conn, set()):
             self.active.pop(txn_id).state = ROLLED_BACK
+
+    def _forget(self, txn: Transaction) -> None:
+        self.active.pop(txn.txn_id, None)
+        ids = self.by_connection.get(txn.conn)
+        if ids is not None:
+            ids.discard(txn.txn_id)
+            if not ids:
+                del self.by_connection[txn.conn]
+
+    def _sweep(self, conn: int) -> None:
+        """A connection's transactions past their timeout are rolled back (TXN-TIMEOUT-001)."""
+        now = self.namespace.clock.now
+        for txn_id in list(self.by_connection.get(conn, ())):
+            txn = self.active[txn_id]
+            if txn.timed_out(now):
+                self._forget(txn)
+                txn.state = TIMED_OUT
 
     # ------------------------------------------------------------------ transactional work
 
@@ -169,6 +202,14 @@ class Transactions:
             raise ServiceBusError(
                 ErrorCode.QUOTA_EXCEEDED,
                 f"A transaction holds at most {MAX_TRANSACTION_MESSAGES} messages, not {txn.message_count() + len(batch)}.",
+                transient=False,
+            )
+        buffered = sum(self.active[t].buffered_bytes() for t in self.by_connection.get(conn, ()))
+        adding = sum(message_size(m) for m in batch)
+        if buffered + adding > MAX_BUFFERED_BYTES_PER_CONNECTION:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"This connection's undischarged transactions would buffer more than {MAX_BUFFERED_BYTES_PER_CONNECTION} bytes.",
                 transient=False,
             )
         candidate = txn.operations + [Operation("send", path, batch)]
@@ -198,6 +239,20 @@ class Transactions:
             )
         txn.operations.append(Operation(kind, path, lock_token=lock_token, reason=reason, description=description))
 
+    def settle_all(
+        self, conn: int, txn_id: int, kind: str, path: str, lock_tokens: Sequence[int],
+        reason: str | None = None, description: str | None = None,
+    ) -> None:
+        """Several settlements in one request (a management ``update-disposition``): all enlisted or none."""
+        txn = self._get(conn, txn_id)
+        before = len(txn.operations)
+        try:
+            for token in lock_tokens:
+                self.settle(conn, txn_id, kind, path, token, reason, description)
+        except ServiceBusError:
+            del txn.operations[before:]
+            raise
+
     def renew_lock(self, conn: int, txn_id: int, path: str, lock_token: int) -> int:
         """TXN-OPS-001: renewing a lock is allowed in a transaction; it takes effect at once."""
         self._enlist(conn, txn_id, path)
@@ -217,7 +272,7 @@ class Transactions:
         txn = self._get(conn, txn_id)
         now = self.namespace.clock.now
         if txn.timed_out(now):
-            del self.active[txn_id]
+            self._forget(txn)
             txn.state = TIMED_OUT
             raise ServiceBusError(
                 ErrorCode.TRANSACTION_TIMEOUT, f"Transaction {txn_id} timed out and was rolled back.", transient=False
@@ -237,12 +292,14 @@ class Transactions:
         return txn
 
     def _check_sends(self, operations: Sequence[Operation]) -> None:
-        """Every buffered send would be accepted (sizes, quota, sessions), and on partitioned entities
-        all transactional messages carry one partition key (PART-TXN-001/002/003)."""
+        """Every buffered send would be accepted as it was sent (sizes, sessions: each send is its
+        own message or batch), their sum fits in the entity, and on partitioned entities all
+        transactional messages carry one partition key (PART-TXN-001/002/003)."""
         now = self.namespace.clock.now
         by_path: dict[str, list[Message]] = {}
         for op in operations:
             if op.kind == "send":
+                self.namespace.sending_entity(op.path).check(list(op.messages), now)
                 by_path.setdefault(op.path, []).extend(op.messages)
         keys: set[str] = set()
         for path, messages in by_path.items():
@@ -250,7 +307,13 @@ class Transactions:
             if entity.partitioned:
                 keys |= transactional_partition_keys(entity, messages)
                 one_partition_key(keys)
-            entity.check(messages, now)
+            total = sum(message_size(m) for m in messages)
+            if entity.bytes + total > entity.max_bytes:
+                raise ServiceBusError(
+                    ErrorCode.QUOTA_EXCEEDED,
+                    f"The maximum entity size has been reached or exceeded for {entity.kind} '{entity.path}'.",
+                    transient=False,
+                )
 
     def _check_all(self, txn: Transaction) -> None:
         """Before anything is applied: every lock still held, every send still acceptable."""
@@ -262,16 +325,16 @@ class Transactions:
 
     def _apply_all(self, txn: Transaction) -> dict[str, list[int | None]]:
         ns = self.namespace
-        sends: dict[str, list[Message]] = {}
         for op in txn.operations:
-            if op.kind == "send":
-                sends.setdefault(op.path, []).extend(op.messages)
-            elif op.kind == "dead_letter":
+            if op.kind == "dead_letter":
                 ns.dead_letter(txn.conn, op.path, op.lock_token, op.reason, op.description)
-            else:
+            elif op.kind != "send":
                 getattr(ns, op.kind)(txn.conn, op.path, op.lock_token)
-        # one batch per destination, accepted together
-        return {path: ns.sending_entity(path).accept(messages, ns.clock.now) for path, messages in sends.items()}
+        committed: dict[str, list[int | None]] = {}
+        for op in txn.operations:  # each send as it was sent (a message or a batch), in order
+            if op.kind == "send":
+                committed.setdefault(op.path, []).extend(ns.sending_entity(op.path).accept(list(op.messages), ns.clock.now))
+        return committed
 
 
 def transactional_partition_keys(entity: Any, messages: Sequence[Message]) -> set[str]:

@@ -247,3 +247,30 @@ def test_an_exception_that_is_not_a_broker_error_is_an_unknown_outcome(tmp_path:
     info = [e for e in read_jsonl(path) if e["op"] == "peek"][-1]
     assert info["phase"] == "info" and info["error"] is None
     assert json.loads(info["result"]) == {"exception": "RuntimeError: socket closed"}
+
+
+
+def test_a_discharge_that_timed_out_is_recorded_as_unknown_not_as_nothing_applied(recorded) -> None:
+    """A commit whose answer never came may have happened: ``info``, not ``fail`` (a definite
+    transaction error, and only that, means nothing of it was applied)."""
+    from reference import ErrorCode, ServiceBusError
+
+    target, events = recorded
+    q = target.create_queue("q")
+    inner = target.target.transaction_client()
+
+    class Unanswered(type(inner)):
+        def discharge(self, txn, commit):
+            super().discharge(txn, commit)
+            raise ServiceBusError(ErrorCode.TIMEOUT, "no answer")
+
+    inner.__class__ = Unanswered
+    from sbconform.trace.recorder import RecordingTransactionalClient
+
+    client = RecordingTransactionalClient(target, inner)
+    txn = client.declare()
+    client.send(txn, q, [Message(b"x", message_id="t1")])
+    with pytest.raises(ServiceBusError):
+        client.discharge(txn, True)
+    phases = [e["phase"] for e in events() if e["op"] == "send" and e["message_id"] == "t1"]
+    assert phases == ["invoke", "info"], phases

@@ -96,3 +96,76 @@ def test_a_dropped_connection_takes_its_transaction_with_it(serve: Serve) -> Non
     finally:
         c.close()
         other.close()
+
+
+def test_a_disposition_by_lock_token_inside_a_transaction_waits_for_the_commit(serve: Serve) -> None:
+    """The .NET and Java SDKs settle deferred messages by lock token on $management inside a
+    transaction: a rollback must undo it (review: it used to be applied at once)."""
+    c = client(serve)
+    try:
+        seed = c.declare()
+        c.send(seed, "q", [Message(body=b"m", message_id="mgmt-1")])
+        c.discharge(seed, True)
+        (got,) = c.receive("q", 1, max_wait=2000)
+        token = got.lock_token
+        txn = c.declare()
+        c.management("q", "com.microsoft:update-disposition", {"disposition-status": "completed", "lock-tokens": [token]}, txn)
+        c.discharge(txn, False)  # rolled back: the completion never happened
+        c.management("q", "com.microsoft:update-disposition", {"disposition-status": "completed", "lock-tokens": [token]})
+        assert drain(c, "q") == []
+        with pytest.raises(ServiceBusError) as refused:  # what a transaction cannot hold is refused, not applied
+            c.management("q", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 1}, c.declare())
+        assert refused.value.code is ErrorCode.INVALID_OPERATION
+    finally:
+        c.close()
+
+
+def test_a_commit_reaches_a_receiver_already_waiting(serve: Serve) -> None:
+    import threading
+    import time
+
+    waiter, sender = client(serve), client(serve)
+    try:
+        arrived: list[float] = []
+
+        def wait() -> None:
+            got = waiter.receive("other", 1, max_wait=8000)
+            arrived.append(time.monotonic() if got else float("inf"))
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        time.sleep(0.5)
+        txn = sender.declare()
+        sender.send(txn, "other", [Message(body=b"w", message_id="wake-1")])
+        committed = time.monotonic()
+        sender.discharge(txn, True)
+        thread.join(15)
+        assert arrived and arrived[0] - committed < 4, "the committed message reached the waiting receiver only at the end of its wait"
+    finally:
+        waiter.close()
+        sender.close()
+
+
+def test_a_txn_id_that_is_not_binary_is_unknown_and_the_connection_lives(serve: Serve) -> None:
+    from proton import ulong
+
+    c = client(serve)
+    try:
+        assert fails(c.send, ulong(2 ** 40), "q", [Message(body=b"x", message_id="int-id")]).code is ErrorCode.TRANSACTION_UNKNOWN
+        txn = c.declare()  # the same connection still works
+        c.discharge(txn, False)
+    finally:
+        c.close()
+    assert serve.alive()
+
+
+def test_send_via_needs_a_token_for_the_destination_too(serve: Serve) -> None:
+    c = client(serve)
+    authorized = c._authorize
+    c._authorize = lambda path: authorized(path) if path == "q" else None  # a token for the via entity only
+    try:
+        authorized("q")
+        txn = c.declare()
+        assert fails(c.send, txn, "other", [Message(body=b"x", message_id="via-1")], "q").code is ErrorCode.UNAUTHORIZED
+    finally:
+        c.close()

@@ -255,3 +255,35 @@ def test_a_commit_applies_all_of_its_work_at_once_or_nothing(ops):
         assert observe(committed) == observe(twin)
     else:
         assert observe(committed) == observe(run(ops, transactional=False)[0])
+
+
+def test_each_send_of_a_transaction_is_checked_as_it_was_sent():
+    """Two 200 KB sends in one transaction (review: they were checked as one 400 KB batch)."""
+    ns, c = fresh()
+    t = ns.transactions.declare(c)
+    ns.transactions.send(c, t, "q", Message(body=b"x" * 200_000))
+    ns.transactions.send(c, t, "q", Message(body=b"y" * 200_000))
+    ns.transactions.discharge(c, t, fail=False)
+    assert ns.runtime_info("q")["active"] == 2
+
+
+def test_a_connection_holds_a_bounded_number_of_transactions_and_bytes():
+    from reference.transactions import MAX_ACTIVE_PER_CONNECTION
+
+    ns, c = fresh()
+    ids = [ns.transactions.declare(c) for _ in range(MAX_ACTIVE_PER_CONNECTION)]
+    assert code_of(ns.transactions.declare, c) == ErrorCode.QUOTA_EXCEEDED
+    ns.transactions.discharge(c, ids[0], fail=True)
+    ns.transactions.declare(c)  # room again
+    ns.close_connection(c)
+    assert ns.transactions.active == {} and ns.transactions.by_connection == {}
+
+
+def test_a_disposition_of_several_locks_is_enlisted_whole_or_not_at_all():
+    ns, c = fresh()
+    ns.send(c, "q", [Message(body="a"), Message(body="b")])
+    a, b = ns.receive(c, "q", 2)
+    t = ns.transactions.declare(c)
+    assert code_of(ns.transactions.settle_all, c, t, "complete", "q", [a.lock_token, 999]) == ErrorCode.MESSAGE_LOCK_LOST
+    ns.transactions.discharge(c, t, fail=False)
+    assert sorted(bodies(ns, "q")) == ["a", "b"]

@@ -60,11 +60,11 @@ def txn_bytes(txn_id: int) -> bytes:
 
 
 def txn_number(raw: Any) -> int:
-    """A txn-id from the wire as the model's number; anything we never issued maps to -1 (unknown)."""
-    try:
-        data = bytes(raw)
-    except (TypeError, ValueError):
+    """A txn-id from the wire as the model's number; anything we never issued maps to -1 (unknown).
+    A txn-id is binary: anything else (an integer would make ``bytes()`` allocate that many) is unknown."""
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
         return -1
+    data = bytes(raw)
     return int.from_bytes(data, "big") if len(data) == 8 else -1
 
 

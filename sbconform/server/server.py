@@ -72,6 +72,8 @@ CONDITIONS = codec.CONDITIONS
 STATUS = codec.STATUS
 
 A = symbol
+#: update-disposition's disposition-status -> the model's settlement
+DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer", "suspended": "dead_letter"}
 X_SEQ = A("x-opt-sequence-number")
 X_ENQ = A("x-opt-enqueued-time")
 X_LOCKED = A("x-opt-locked-until")
@@ -810,6 +812,7 @@ class Server:
             link.flow(SEND_CREDIT - link.credit)
         if coordinator.is_coordinator(link):
             coordinator.control(self.namespace, state.model_conn, data, dlv, _condition)
+            self._mark_all_dirty()  # a commit's sends and abandons reach waiting receivers now
             return
         address = _entity_path(link.remote_target.address)
         if address == "$cbs":
@@ -818,7 +821,11 @@ class Server:
             dlv.settle()
             return
         if address.endswith("$management") or address == "$sbconform":
-            self._management(state, address, data)
+            txn = coordinator.transactional(dlv)
+            self._management(state, address, data, None if txn is None else txn[0])
+            if txn is not None:
+                coordinator.answer_transactional(dlv, txn[0])
+                return
             dlv.update(Delivery.ACCEPTED)
             dlv.settle()
             return
@@ -892,7 +899,9 @@ class Server:
         dlv.settle()
 
     # ----------------------------------------------------------- management
-    def _management(self, state: ConnState, address: str, data: bytes) -> None:
+    def _management(self, state: ConnState, address: str, data: bytes, txn: int | None = None) -> None:
+        """A request to an entity's ``$management`` node or ours; ``txn``: the transaction its
+        transfer named (transactional-state), for the operations a transaction may hold."""
         request = Message()
         try:
             request.decode(data)
@@ -911,7 +920,7 @@ class Server:
                 # a token for the entity or for its management node ('q/$management', the
                 # JavaScript SDK's audience for management requests) authorizes them
                 self._authorize(state, address)
-                status, result = self._entity_operation(state, path, operation, body)
+                status, result = self._entity_operation(state, path, operation, body, txn)
             reply = {"statusCode": status, "statusDescription": "OK" if status == 200 else "No Content"}
         except ServiceBusError as error:
             result = None
@@ -928,13 +937,15 @@ class Server:
             reply = {"statusCode": 400, "statusDescription": f"bad request: {error}", "errorCondition": A("com.microsoft:argument-error")}
         self._reply(state, address, request, reply, result)
 
-    def _entity_operation(self, state: ConnState, path: str, operation: str, body: dict) -> tuple[int, Any]:
+    def _entity_operation(self, state: ConnState, path: str, operation: str, body: dict, txn: int | None = None) -> tuple[int, Any]:
         ns = self.namespace
         conn = state.model_conn
         epoch = self.clock.epoch_ms
         sid = body.get("session-id")
         sid = None if sid is None else str(sid)
         key = path.split("/", 1)[0].lower()
+        if txn is not None:  # TXN-OPS-001: settlements by lock token and renewals; nothing else
+            return self._transactional_operation(conn, txn, path, operation, body)
         if operation == "com.microsoft:renew-lock":
             expirations = [ns.renew_lock(conn, path, u.int) for u in map(_uuid, _values(body["lock-tokens"]))]
             return 200, {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *[timestamp(epoch + t) for t in expirations])}
@@ -1003,6 +1014,26 @@ class Server:
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unsupported management operation {operation!r}")
 
     # -------------------------------------------------------------- control
+    def _transactional_operation(self, conn: int, txn: int, path: str, operation: str, body: dict) -> tuple[int, Any]:
+        """A management request inside a transaction (its transfer carried transactional-state, as
+        the request-response page allows "for operations that support transactions"): a
+        disposition by lock token is enlisted (applied at commit, TXN-VIS-002), a lock renewal
+        takes effect at once (TXN-OPS-001); any other operation cannot be part of a transaction."""
+        ns = self.namespace
+        if operation == "com.microsoft:update-disposition":
+            kind = DISPOSITIONS.get(str(body["disposition-status"]))
+            if kind is None:
+                raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown disposition-status {body['disposition-status']!r}")
+            tokens = [u.int for u in map(_uuid, _values(body["lock-tokens"]))]
+            ns.transactions.settle_all(conn, txn, kind, path, tokens,
+                                       _str(body.get("deadletter-reason")), _str(body.get("deadletter-description")))
+            return 200, {}
+        if operation == "com.microsoft:renew-lock":
+            expirations = [ns.transactions.renew_lock(conn, txn, path, u.int) for u in map(_uuid, _values(body["lock-tokens"]))]
+            return 200, {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *[timestamp(self.clock.epoch_ms + t) for t in expirations])}
+        raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"{operation} cannot be part of a transaction (send, complete, abandon, "
+                                                           "dead-letter, defer and renew lock can)")
+
     def _control(self, operation: str, body: dict) -> Any:
         """The ``$sbconform`` node: what the SDK target needs that no SDK call does."""
         ns = self.namespace

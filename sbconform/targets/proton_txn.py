@@ -75,6 +75,7 @@ class ProtonTransactionalClient(TransactionalClient):
         self.receivers: dict[str, Link] = {}
         self.deliveries: dict[Any, Delivery] = {}  # lock token -> the delivery to settle
         self.coordinator: Link | None = None
+        self.senders_mgmt: dict[str, tuple[Link, Link]] = {}
         self.cbs_sender: Link | None = None
         self.cbs_receiver: Link | None = None
         self.reply_to = f"sbconform-txn-{uuid.uuid4()}"
@@ -175,7 +176,8 @@ class ProtonTransactionalClient(TransactionalClient):
     # ------------------------------------------------------------------ transactions
     def _control(self, body: Described, what: str) -> Delivery:
         if self.coordinator is None:
-            self._authorize("")  # a token for the namespace: the coordinator is not an entity
+            if not self.audiences:  # the coordinator is no entity: any token of the connection will do
+                self._authorize("")
             link = self.session.sender("coordinator")
             link.target.type = Terminus.COORDINATOR
             link.target.capabilities.put_array(False, Data.SYMBOL)
@@ -321,6 +323,45 @@ class ProtonTransactionalClient(TransactionalClient):
                 if isinstance(err, Described) and err.value:
                     raise ServiceBusError(self.condition_code(str(err.value[0])), str(err.value[1] if len(err.value) > 1 else what), transient=False)
                 raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"{what} was rejected", transient=False)
+
+    def management(self, path: str, operation: str, body: dict, txn: Any = None) -> dict:
+        """A request to ``path``'s ``$management`` node (the request-response operations), inside
+        the transaction ``txn`` if given (its transfer carries transactional-state). Returns the
+        reply's application properties and body; a status other than 2xx raises."""
+        node = f"{path}/$management"
+        if node not in self.senders_mgmt:
+            self._authorize(path)
+            sender = self.session.sender(f"mgmt-sender-{len(self.senders_mgmt)}")
+            sender.target.address = node
+            receiver = self.session.receiver(f"mgmt-receiver-{len(self.senders_mgmt)}")
+            receiver.source.address = node
+            receiver.target.address = f"{self.reply_to}-mgmt-{len(self.senders_mgmt)}"
+            self.senders_mgmt[node] = (self._open_link(sender, f"{node} sender"), self._open_link(receiver, f"{node} receiver"))
+            receiver.flow(10)
+        sender, receiver = self.senders_mgmt[node]
+        request = AmqpMessage(id=str(uuid.uuid4()), reply_to=receiver.target.address, body=body,
+                              properties={"operation": operation})
+        self._pump(lambda: sender.credit > 0, f"{operation}: credit")
+        dlv = sender.delivery(self._tag())
+        if txn is not None:
+            dlv.local.data = [txn]
+            dlv.update(TRANSACTIONAL_STATE)
+        sender.send(request.encode())
+        sender.advance()
+        self._pump(lambda: receiver.current is not None and receiver.current.readable and not receiver.current.partial, operation)
+        current = receiver.current
+        answer = AmqpMessage()
+        answer.decode(receiver.recv(current.pending))
+        receiver.advance()
+        current.update(Delivery.ACCEPTED)
+        current.settle()
+        receiver.flow(1)
+        props = answer.properties or {}
+        status = int(props.get("statusCode", props.get("status-code", 500)))
+        if not 200 <= status < 300:
+            raise ServiceBusError(self.condition_code(str(props.get("errorCondition", ""))),
+                                  str(props.get("statusDescription", operation)), transient=False)
+        return {"properties": props, "body": answer.body}
 
     # ------------------------------------------------------------------------ ends
     def drop(self) -> None:

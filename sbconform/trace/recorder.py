@@ -494,6 +494,10 @@ class RecordingTarget(TargetWrapper):
 __all__ = ["ADMIN", "RecordingTarget", "TestTrace", "TraceRecorder", "trace_file_name"]
 
 
+#: discharge errors after which nothing of the transaction was applied, for certain
+DEFINITE_TRANSACTION_ERRORS = frozenset({ErrorCode.TRANSACTION_ROLLBACK, ErrorCode.TRANSACTION_UNKNOWN, ErrorCode.TRANSACTION_TIMEOUT})
+
+
 class RecordingTransactionalClient(TransactionalClient):
     """A transactional client whose work is recorded (TXN-*): every transactional send and settlement
     is invoked when it is enlisted and completes when the transaction is discharged: ``ok`` at a
@@ -560,7 +564,10 @@ class RecordingTransactionalClient(TransactionalClient):
         try:
             self.inner.discharge(txn, commit)
         except ServiceBusError as error:
-            self._end(txn, "fail", str(error.code))  # nothing of it was applied
+            if error.code in DEFINITE_TRANSACTION_ERRORS:
+                self._end(txn, "fail", str(error.code))  # nothing of it was applied
+            else:  # a timeout or a lost connection: the commit may have happened
+                self._end(txn, "info", str(error.code))
             raise
         except BaseException:
             self._end(txn, "info")
