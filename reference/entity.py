@@ -24,6 +24,10 @@ MB = 1024 * KB
 #: Content type of the paired-namespace ping (PAIR-PING-001).
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
+#: Longest MessageId and SessionId, in characters (service-bus-quotas: "Maximum size of a
+#: message ID 128", "Maximum size of a message session ID 128"): SETTLE-SEND-008.
+MAX_ID_LENGTH = 128
+
 #: A message forwarded through more entities than this is dead-lettered instead.
 MAX_TRANSFER_HOPS = 4
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
@@ -154,11 +158,22 @@ class Entity:
         """Everything that may reject a send, before anything is accepted (all or none)."""
         d = self.description
         if len(messages) == 1:
-            size = message_size(messages[0])
+            m = messages[0]
+            size = message_size(m)
             if size <= d.max_message_size and self.bytes + size <= self.max_bytes and (
-                messages[0].session_id is not None or not self.requires_session_on_send()
+                m.session_id is not None or not self.requires_session_on_send()
+            ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
+                m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
             ):
                 return [size]
+        for m in messages:  # SETTLE-SEND-008
+            for name, value in (("MessageId", m.message_id), ("SessionId", m.session_id)):
+                if value is not None and len(value) > MAX_ID_LENGTH:
+                    raise ServiceBusError(
+                        ErrorCode.ARGUMENT_ERROR,
+                        f"The {name} of {len(value)} characters is longer than the maximum of {MAX_ID_LENGTH}.",
+                        transient=False,
+                    )
         sizes = [message_size(m) for m in messages]
         total = sum(sizes)
         for size in sizes:

@@ -30,6 +30,7 @@ from .partitioning import (
     partition_key,
 )
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
+from .tiers import TIERS, check_entity, check_transactions
 
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"
 SUBSCRIPTIONS = "/subscriptions/"
@@ -99,6 +100,12 @@ class Namespace:
                 d = d.with_changes(max_message_size=1024 * KB)  # PART-LIMIT-001
         elif d.enable_partitioning:
             partitions = STANDARD_PARTITION_COUNT  # PART-STRUCT-002
+        if self.sku == "premium" and "max_message_size" not in properties and (
+            description is None or description.max_message_size == EntityDescription().max_message_size
+        ):
+            d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
+        check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
+        self._check_forward_to(path, d.forward_to)
         if path.lower() not in self.entities:
             if len(self.entities) >= MAX_ENTITIES:
                 raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {MAX_ENTITIES} queues and topics.", transient=False)
@@ -127,6 +134,8 @@ class Namespace:
         owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
         current = owner.description
         new = current.with_changes(**changes).validate(owner.kind)
+        check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
+        self._check_forward_to(owner.path, new.forward_to)
         fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
         if fixed:
             raise ServiceBusError(
@@ -154,8 +163,25 @@ class Namespace:
         if not isinstance(topic, (Topic, PartitionedTopic)):
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
         d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
+        check_entity(self.sku, "subscription", d)
+        self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_to)
         self._routes.clear()
         return topic.add_subscription(name, d)
+
+    def _check_forward_to(self, source: str, destination: str | None) -> None:
+        """SETTLE-FWD-001: auto-forwarding (set on create or update, PART-FWD-002) names a
+        queue or topic of this namespace that exists at that time, other than the source."""
+        if destination is None:
+            return
+        if destination.lower().strip("/") == source.lower().strip("/"):
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{source}' cannot forward to itself.", transient=False)
+        if destination.lower().strip("/") not in self.entities:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_NOT_FOUND,
+                f"The auto-forwarding destination '{self.name}/{destination}' of '{source}' could not be found; "
+                "it must exist when forwarding is set.",
+                transient=False,
+            )
 
     def _add(self, entity: Entity) -> Any:
         key = entity.path.lower()
@@ -275,6 +301,7 @@ class Namespace:
         it (PART-TXN-001/002), so one transaction cannot reach several sessions there
         (PART-TXN-003); non-partitioned entities have no such rule (PART-TXN-004).
         """
+        check_transactions(self.sku)  # SETTLE-TIER-003
         now = self.clock.now
         total = sum(len(messages) for _, messages in sends)
         if total > MAX_TRANSACTION_MESSAGES:

@@ -477,10 +477,23 @@ class MessageStore:
         mode: str,
         session_id: str | None = None,
     ) -> list[Delivery]:
-        """SETTLE-DEFR-002: receive deferred messages by sequence number, all or none."""
+        """SETTLE-DEFR-002: receive deferred messages by sequence number, all or none.
+
+        SETTLE-DEFR-005: a deferred message is not moved when its time to live passes
+        (SETTLE-DEFR-004), but once it is asked for after its expiry it expires then
+        (dead-lettered with TTLExpiredException when the entity dead-letters on
+        expiration, else dropped), and the request fails: it is not returned."""
         self.tick(now)
         session = self._held_session(now, holder, session_id) if self.requires_session else None
         wanted = list(sequence_numbers)
+        expired = [
+            msg for msg in (self.messages.get(seq) for seq in wanted)
+            if msg is not None and msg.state is State.DEFERRED and msg.expires_at <= now
+            and (session is None or msg.session_id == session.session_id)
+        ]
+        for msg in expired:
+            self.deferred_count -= 1
+            self._expire(msg, now)
         found = []
         for seq in wanted:
             msg = self.messages.get(seq)
