@@ -28,6 +28,11 @@ PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 #: message ID 128", "Maximum size of a message session ID 128"): SETTLE-SEND-008.
 MAX_ID_LENGTH = 128
 
+#: Subscriptions per topic, entity path and subscription name lengths (service-bus-quotas): SETTLE-ENT-002.
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
+MAX_PATH_LENGTH = 260
+MAX_NAME_LENGTH = 50
+
 #: A message forwarded through more entities than this is dead-lettered instead.
 MAX_TRANSFER_HOPS = 4
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
@@ -82,6 +87,8 @@ class EntityDescription:
             )
         if self.max_size_in_megabytes <= 0:
             problems.append("max_size_in_megabytes must be positive")
+        if self.auto_delete_on_idle < 5 * MINUTE:  # SETTLE-ENT-002
+            problems.append(f"auto_delete_on_idle must be at least 5 minutes, got {self.auto_delete_on_idle} ms")
         if problems:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"invalid {kind} description: " + "; ".join(problems))
         return self

@@ -16,7 +16,7 @@ import itertools
 from typing import Any, Callable, Iterable, Sequence
 
 from .clock import VirtualClock
-from .entity import KB, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
+from .entity import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
 from .partitioning import (
@@ -105,6 +105,10 @@ class Namespace:
         ):
             d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
         check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
+        if kind == "topic" and d.forward_to is not None:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}': only queues and subscriptions forward, not topics.", transient=False)
+        if len(path.strip("/")) > MAX_PATH_LENGTH:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
         self._check_forward_to(path, d.forward_to)
         if path.lower() not in self.entities:
             if len(self.entities) >= MAX_ENTITIES:
@@ -135,6 +139,8 @@ class Namespace:
         current = owner.description
         new = current.with_changes(**changes).validate(owner.kind)
         check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
+        if owner.kind == "topic" and new.forward_to is not None:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}': only queues and subscriptions forward, not topics.", transient=False)
         self._check_forward_to(owner.path, new.forward_to)
         fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
         if fixed:
@@ -164,6 +170,12 @@ class Namespace:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
         d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
         check_entity(self.sku, "subscription", d)
+        if len(name) > MAX_NAME_LENGTH:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The subscription name of {len(name)} characters is longer than {MAX_NAME_LENGTH}.", transient=False)
+        if name.lower() not in topic.subscriptions and len(topic.subscriptions) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED, f"The topic '{topic.path}' already has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions.", transient=False
+            )  # SETTLE-ENT-002
         self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_to)
         self._routes.clear()
         return topic.add_subscription(name, d)
