@@ -141,7 +141,8 @@ class Namespace:
         check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
         if owner.kind == "topic" and new.forward_to is not None:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}': only queues and subscriptions forward, not topics.", transient=False)
-        self._check_forward_to(owner.path, new.forward_to)
+        if new.forward_to != current.forward_to:
+            self._check_forward_to(owner.path, new.forward_to)
         fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
         if fixed:
             raise ServiceBusError(
