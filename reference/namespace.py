@@ -99,6 +99,13 @@ class Namespace:
             if "max_message_size" not in properties:
                 d = d.with_changes(max_message_size=1024 * KB)  # PART-LIMIT-001
         elif d.enable_partitioning:
+            if self.sku == "premium":
+                raise ServiceBusError(
+                    ErrorCode.INVALID_OPERATION,
+                    f"'{path}': a Premium namespace is partitioned when it is created, or not at all; "
+                    "this one is not, so it cannot hold a partitioned entity (PART-CREATE-003).",
+                    transient=False,
+                )
             partitions = STANDARD_PARTITION_COUNT  # PART-STRUCT-002
         if self.sku == "premium" and "max_message_size" not in properties and (
             description is None or description.max_message_size == EntityDescription().max_message_size

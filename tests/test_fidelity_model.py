@@ -329,3 +329,13 @@ def test_a_scheduled_message_lives_its_ttl_from_its_enqueue_time() -> None:
     assert got.enqueued_time == 60 * SECOND and got.expires_at == 70 * SECOND
     ns.clock.advance(6 * SECOND)
     assert ns.receive(conn, "q") == []
+
+
+@pytest.mark.clauses("PART-CREATE-003")
+def test_a_premium_namespace_created_without_partitioning_holds_no_partitioned_entity() -> None:
+    ns = Namespace(clock=VirtualClock(), sku="premium")
+    fails(ErrorCode.INVALID_OPERATION, ns.create_queue, "pq", enable_partitioning=True)
+    fails(ErrorCode.INVALID_OPERATION, ns.create_topic, "pt", enable_partitioning=True)
+    assert not ns.exists("pq") and not ns.exists("pt")
+    basic = Namespace(clock=VirtualClock(), sku="basic")
+    assert basic.create_queue("pq", enable_partitioning=True).partition_count == 16
