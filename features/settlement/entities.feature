@@ -45,9 +45,9 @@ Feature: Topics, sequence numbers and entity descriptions
     Then the operation fails with "argument-error"
 
   @SETTLE-TIER-001
-  Scenario: A 10 MB message is refused on Standard
+  Scenario: A 1 MB message, the Premium default, is refused on Standard
     Given a queue "q"
-    When message "huge" with a body of 10485760 bytes is sent to "q"
+    When message "huge" with a body of 1000000 bytes is sent to "q"
     Then the operation fails with "message-size-exceeded"
     And peeking "q" shows nothing
 
@@ -78,3 +78,13 @@ Feature: Topics, sequence numbers and entity descriptions
     And message "m1" is sent to "late"
     And peeking "dst" shows "m1"
     And peeking "late" shows nothing
+
+  @SETTLE-ENT-002 @needs:entity-management @needs:topics
+  Scenario: Entity paths and subscription names stay within their lengths
+    Given a topic "t" with subscriptions "s1"
+    When a queue with a name of 261 characters is created
+    Then the operation fails with "argument-error"
+    And a subscription with a name of 51 characters is created on "t"
+    And the operation fails with "argument-error"
+    And a subscription with a name of 50 characters is created on "t"
+    And the operation succeeds

@@ -67,6 +67,16 @@ def update_forwarding(world: World, entity: str, dest: str) -> None:
     world.attempt(world.target.update_entity, world.path(entity), forward_to=target)
 
 
+@step(r'a queue with a name of (?P<n>\d+) characters is created')
+def try_create_long_queue(world: World, n: str) -> None:
+    world.attempt(world.target.create_queue, "q" * int(n))
+
+
+@step(r'a subscription with a name of (?P<n>\d+) characters is created on "(?P<topic>[^"]+)"')
+def try_create_long_subscription(world: World, n: str, topic: str) -> None:
+    world.attempt(world.target.create_subscription, world.path(topic), "s" * int(n))
+
+
 @step(r'a topic "(?P<name>[^"]+)" with subscriptions (?P<subs>.+)')
 def create_topic(world: World, name: str, subs: str) -> None:
     path = world.paths[name] = world.target.create_topic(name)
