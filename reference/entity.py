@@ -70,8 +70,14 @@ class EntityDescription:
         return replace(self, **changes)
 
     def validate(self, kind: str) -> "EntityDescription":
-        """Reject descriptions Service Bus would refuse (SETTLE-ENT-001)."""
+        """Reject descriptions Service Bus would refuse (SETTLE-ENT-001..003)."""
         problems = []
+        own = KIND_FIELDS.get(kind)
+        if own is not None:  # SETTLE-ENT-003: a property of another kind of entity, set on this one
+            defaults = _DEFAULT_DESCRIPTION
+            foreign = [f for f in self.field_names() if f not in own and getattr(self, f) != getattr(defaults, f)]
+            if foreign:
+                problems.append(f"a {kind} has no {', '.join(foreign)}")
         if not 0 < self.lock_duration <= 5 * MINUTE:
             problems.append(f"lock_duration must be in (0, 5 minutes], got {self.lock_duration} ms")
         if self.max_delivery_count < 1:
@@ -92,6 +98,23 @@ class EntityDescription:
         if problems:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"invalid {kind} description: " + "; ".join(problems))
         return self
+
+
+#: The properties each kind of entity has (CreateQueueOptions, CreateTopicOptions,
+#: CreateSubscriptionOptions): SETTLE-ENT-003. The rest must keep their defaults.
+KIND_FIELDS = {
+    "queue": frozenset(EntityDescription.field_names()),
+    "topic": frozenset({
+        "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
+        "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
+        "enable_partitioning",
+    }),
+    "subscription": frozenset({
+        "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
+        "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
+    }),
+}
+_DEFAULT_DESCRIPTION = EntityDescription()
 
 
 def effective_time_to_live(message_ttl: int | None, *ceilings: int) -> int:

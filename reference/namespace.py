@@ -112,8 +112,6 @@ class Namespace:
         ):
             d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
         check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
-        if kind == "topic" and d.forward_to is not None:
-            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}': only queues and subscriptions forward, not topics.", transient=False)
         if len(path.strip("/")) > MAX_PATH_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
         self._check_forward_to(path, d.forward_to)
@@ -146,8 +144,6 @@ class Namespace:
         current = owner.description
         new = current.with_changes(**changes).validate(owner.kind)
         check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
-        if owner.kind == "topic" and new.forward_to is not None:
-            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}': only queues and subscriptions forward, not topics.", transient=False)
         if new.forward_to != current.forward_to:
             self._check_forward_to(owner.path, new.forward_to)
         fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]

@@ -267,9 +267,9 @@ def test_the_audit_covers_every_entity_kind_tier_and_operation() -> None:
 def test_a_topic_cannot_forward_only_queues_and_subscriptions_do() -> None:
     ns = Namespace(clock=VirtualClock())
     ns.create_queue("dst")
-    fails(ErrorCode.INVALID_OPERATION, ns.create_topic, "t", forward_to="dst")
+    fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, "t", forward_to="dst")
     ns.create_topic("t2")
-    fails(ErrorCode.INVALID_OPERATION, ns.update, "t2", forward_to="dst")
+    fails(ErrorCode.ARGUMENT_ERROR, ns.update, "t2", forward_to="dst")
     ns.create_subscription("t2", "s", forward_to="dst")  # a subscription may
     ns.send(ns.connect(), "t2", Message(b"x", message_id="m"))
     assert [d.message_id for d in ns.peek("dst")] == ["m"]
@@ -339,3 +339,18 @@ def test_a_premium_namespace_created_without_partitioning_holds_no_partitioned_e
     assert not ns.exists("pq") and not ns.exists("pt")
     basic = Namespace(clock=VirtualClock(), sku="basic")
     assert basic.create_queue("pq", enable_partitioning=True).partition_count == 16
+
+
+@pytest.mark.clauses("SETTLE-ENT-003")
+def test_each_kind_of_entity_takes_only_its_own_properties() -> None:
+    ns = Namespace(clock=VirtualClock())
+    for prop in ({"lock_duration": 5 * SECOND}, {"max_delivery_count": 3}, {"requires_session": True},
+                 {"dead_lettering_on_message_expiration": True}):
+        fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, "t", **prop)
+    ns.create_topic("t", requires_duplicate_detection=True, default_message_time_to_live=60 * SECOND)
+    for prop in ({"requires_duplicate_detection": True}, {"max_size_in_megabytes": 2048},
+                 {"enable_partitioning": True}, {"max_message_size": 100 * KB}):
+        fails(ErrorCode.ARGUMENT_ERROR, ns.create_subscription, "t", "s", **prop)
+    ns.create_subscription("t", "s", lock_duration=5 * SECOND, max_delivery_count=3, requires_session=True)
+    fails(ErrorCode.ARGUMENT_ERROR, ns.update, "t", lock_duration=5 * SECOND)
+    fails(ErrorCode.ARGUMENT_ERROR, ns.update, "t/Subscriptions/s", max_size_in_megabytes=2048)
