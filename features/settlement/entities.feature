@@ -88,3 +88,12 @@ Feature: Topics, sequence numbers and entity descriptions
     And the operation fails with "argument-error"
     And a subscription with a name of 50 characters is created on "t"
     And the operation succeeds
+
+  @SETTLE-ENT-003 @needs:entity-management @needs:topics
+  Scenario: A topic has no lock duration or max delivery count; its subscriptions do
+    When a topic "t" with lock duration 5 seconds is created
+    Then the operation fails with "argument-error"
+    And a topic "t" with max delivery count 3 is created
+    And the operation fails with "argument-error"
+    And a topic "t" with default time to live 60 seconds is created
+    And the operation succeeds

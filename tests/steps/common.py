@@ -77,6 +77,13 @@ def try_create_long_subscription(world: World, n: str, topic: str) -> None:
     world.attempt(world.target.create_subscription, world.path(topic), "s" * int(n))
 
 
+@step(r'a topic "(?P<name>[^"]+)" with (?P<props>(?!subscriptions ).+) is created')
+def try_create_topic(world: World, name: str, props: str) -> None:
+    path = world.attempt(world.target.create_topic, name, **entity_properties(props))
+    if path is not None:
+        world.paths[name] = path
+
+
 @step(r'a topic "(?P<name>[^"]+)" with subscriptions (?P<subs>.+)')
 def create_topic(world: World, name: str, subs: str) -> None:
     path = world.paths[name] = world.target.create_topic(name)
