@@ -58,6 +58,7 @@ class EntityDescription:
     auto_delete_on_idle: int = TIMESPAN_MAX
     enable_partitioning: bool = False
     forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -112,6 +113,7 @@ KIND_FIELDS = {
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
+        "forward_dead_lettered_messages_to",
     }),
 }
 _DEFAULT_DESCRIPTION = EntityDescription()

@@ -115,6 +115,7 @@ class Namespace:
         if len(path.strip("/")) > MAX_PATH_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
         self._check_forward_to(path, d.forward_to)
+        self._check_forward_to(path, d.forward_dead_lettered_messages_to)
         if path.lower() not in self.entities:
             if len(self.entities) >= MAX_ENTITIES:
                 raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {MAX_ENTITIES} queues and topics.", transient=False)
@@ -131,7 +132,9 @@ class Namespace:
         else:
             entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
         entity.router = self._forward
-        return self._add(entity)
+        added = self._add(entity)
+        self._forward_dead_letters(entity.stores, d.forward_dead_lettered_messages_to)
+        return added
 
     def update(self, path: str, **changes: Any) -> EntityDescription:
         """Change an entity's description. What can only be chosen at creation (sessions,
@@ -146,6 +149,8 @@ class Namespace:
         check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
         if new.forward_to != current.forward_to:
             self._check_forward_to(owner.path, new.forward_to)
+        if new.forward_dead_lettered_messages_to != current.forward_dead_lettered_messages_to:
+            self._check_forward_to(owner.path, new.forward_dead_lettered_messages_to)
         fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
         if fixed:
             raise ServiceBusError(
@@ -164,7 +169,16 @@ class Namespace:
         for s in stores:
             for part in getattr(s, "partitions", [s]):
                 part.set_description(new.lock_duration, new.max_delivery_count, new.dead_lettering_on_message_expiration)
+        if owner.kind != "topic":
+            self._forward_dead_letters(stores, new.forward_dead_lettered_messages_to)
         return new
+
+    def _forward_dead_letters(self, stores: Iterable[MessageStore], destination: str | None) -> None:
+        """SETTLE-FWD-002: a queue's or subscription's stores send what they dead-letter to ``destination``."""
+        for s in stores:
+            for part in getattr(s, "partitions", [s]):
+                part.forward_dead_letters_to = destination
+                part.router = self._forward if destination is not None else None
 
     def create_subscription(
         self, topic_path: str, name: str, description: EntityDescription | None = None, **properties: Any
@@ -181,8 +195,11 @@ class Namespace:
                 ErrorCode.QUOTA_EXCEEDED, f"The topic '{topic.path}' already has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions.", transient=False
             )  # SETTLE-ENT-002
         self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_to)
+        self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_dead_lettered_messages_to)
         self._routes.clear()
-        return topic.add_subscription(name, d)
+        sub = topic.add_subscription(name, d)
+        self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)
+        return sub
 
     def _check_forward_to(self, source: str, destination: str | None) -> None:
         """SETTLE-FWD-001: auto-forwarding (set on create or update, PART-FWD-002) names a

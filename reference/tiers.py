@@ -78,7 +78,7 @@ def check_entity(sku: str, kind: str, description) -> None:
         raise _refuse("sessions", tier)
     if description.requires_duplicate_detection and not tier.duplicate_detection:
         raise _refuse("duplicate detection", tier)
-    if description.forward_to is not None and not tier.auto_forward:
+    if (description.forward_to is not None or description.forward_dead_lettered_messages_to is not None) and not tier.auto_forward:
         raise _refuse("auto-forwarding", tier)
     size = description.max_message_size
     if size > tier.max_message_size or (tier.min_message_size is not None and size < tier.min_message_size):

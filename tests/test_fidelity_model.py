@@ -354,3 +354,45 @@ def test_each_kind_of_entity_takes_only_its_own_properties() -> None:
     ns.create_subscription("t", "s", lock_duration=5 * SECOND, max_delivery_count=3, requires_session=True)
     fails(ErrorCode.ARGUMENT_ERROR, ns.update, "t", lock_duration=5 * SECOND)
     fails(ErrorCode.ARGUMENT_ERROR, ns.update, "t/Subscriptions/s", max_size_in_megabytes=2048)
+
+
+@pytest.mark.clauses("SETTLE-FWD-002")
+def test_dead_lettered_messages_are_forwarded_when_the_entity_says_so() -> None:
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("dlq-sink")
+    fails(ErrorCode.ENTITY_NOT_FOUND, ns.create_queue, "q", forward_dead_lettered_messages_to="nowhere")
+    ns.create_queue("q", lock_duration=5 * SECOND, max_delivery_count=1, forward_dead_lettered_messages_to="dlq-sink")
+    conn = ns.connect()
+    ns.send(conn, "q", [Message(b"x", message_id="explicit"), Message(b"y", message_id="expired-lock")])
+    first, second = ns.receive(conn, "q", max_count=2)
+    ns.dead_letter(conn, "q", first.lock_token, "Bad", "bad input")
+    ns.clock.advance(6 * SECOND)  # the second lock expires: max delivery count 1 reached
+    assert ns.peek("q/$DeadLetterQueue", max_count=5) == []
+    sunk = {d.message_id: d for d in ns.peek("dlq-sink", max_count=5)}
+    assert set(sunk) == {"explicit", "expired-lock"}
+    assert sunk["explicit"].application_properties["DeadLetterReason"] == "Bad"
+    assert sunk["expired-lock"].application_properties["DeadLetterReason"] == "MaxDeliveryCountExceeded"
+    assert ns.runtime_info("q")["size_bytes"] == 0
+    # A subscription may forward its dead letters too; set by an update as well.
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", max_delivery_count=1, lock_duration=5 * SECOND)
+    ns.update("t/Subscriptions/s", forward_dead_lettered_messages_to="dlq-sink")
+    ns.send(conn, "t", Message(b"z", message_id="from-sub"))
+    [got] = ns.receive(conn, "t/Subscriptions/s")
+    ns.abandon(conn, "t/Subscriptions/s", got.lock_token)
+    assert "from-sub" in {d.message_id for d in ns.peek("dlq-sink", max_count=5)}
+    fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, "t2", forward_dead_lettered_messages_to="dlq-sink")
+
+
+@pytest.mark.clauses("SETTLE-FWD-002")
+def test_a_dead_letter_forward_the_destination_refuses_stays_in_the_dead_letter_queue() -> None:
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("sink")
+    ns.create_queue("q", forward_dead_lettered_messages_to="sink")
+    ns.make_unavailable("sink")
+    conn = ns.connect()
+    ns.send(conn, "q", Message(b"x", message_id="m"))
+    [got] = ns.receive(conn, "q")
+    ns.dead_letter(conn, "q", got.lock_token, "Bad", "bad")
+    ns.make_available("sink")
+    assert [d.message_id for d in ns.peek("q/$DeadLetterQueue")] == ["m"] and ns.peek("sink") == []
