@@ -25,7 +25,8 @@ MB = 1024 * KB
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
 #: Longest MessageId and SessionId, in characters (service-bus-quotas: "Maximum size of a
-#: message ID 128", "Maximum size of a message session ID 128"): SETTLE-SEND-008.
+#: message ID 128", "Maximum size of a message session ID 128"; the SDKs hold PartitionKey to the
+#: same 128): SETTLE-SEND-008.
 MAX_ID_LENGTH = 128
 
 #: Subscriptions per topic, entity path and subscription name lengths (service-bus-quotas): SETTLE-ENT-002.
@@ -196,10 +197,10 @@ class Entity:
                 m.session_id is not None or not self.requires_session_on_send()
             ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
                 m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
-            ):
+            ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
                 return [size]
         for m in messages:  # SETTLE-SEND-008
-            for name, value in (("MessageId", m.message_id), ("SessionId", m.session_id)):
+            for name, value in (("MessageId", m.message_id), ("SessionId", m.session_id), ("PartitionKey", m.partition_key)):
                 if value is not None and len(value) > MAX_ID_LENGTH:
                     raise ServiceBusError(
                         ErrorCode.ARGUMENT_ERROR,

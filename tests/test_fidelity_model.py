@@ -193,6 +193,7 @@ def test_message_and_session_ids_longer_than_128_characters_are_refused() -> Non
     fails(ErrorCode.ARGUMENT_ERROR, ns.send, conn, "q", Message(b"x", message_id="m" * 129))
     ns.create_queue("s", requires_session=True)
     fails(ErrorCode.ARGUMENT_ERROR, ns.send, conn, "s", Message(b"x", session_id="s" * 129))
+    fails(ErrorCode.ARGUMENT_ERROR, ns.send, conn, "q", Message(b"x", partition_key="k" * 129))
     assert len(ns.peek("q", max_count=5)) == 1 and ns.peek("s") == []
 
 
