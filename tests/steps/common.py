@@ -77,6 +77,13 @@ def try_create_long_subscription(world: World, n: str, topic: str) -> None:
     world.attempt(world.target.create_subscription, world.path(topic), "s" * int(n))
 
 
+@step(r'a queue "(?P<name>[^"]+)" forwarding its dead letters to "(?P<dest>[^"]+)"(?: with (?P<props>.+))?')
+def create_dead_letter_forwarding_queue(world: World, name: str, dest: str, props: str | None) -> None:
+    world.paths[name] = world.target.create_queue(
+        name, forward_dead_lettered_messages_to=world.path(dest), **entity_properties(props or "")
+    )
+
+
 @step(r'a topic "(?P<name>[^"]+)" with (?P<props>(?!subscriptions ).+) is created')
 def try_create_topic(world: World, name: str, props: str) -> None:
     path = world.attempt(world.target.create_topic, name, **entity_properties(props))
