@@ -30,6 +30,10 @@ MB = 1024 * KB
 GB_IN_MB = 1024
 
 
+#: PART-LIMIT-001: in a partitioned Premium namespace a message (and a batch) is at most 1 MB (seed 003).
+PARTITIONED_PREMIUM_MESSAGE_SIZE = 1 * MB
+
+
 @dataclass(frozen=True)
 class Tier:
     name: str
@@ -81,6 +85,12 @@ def check_entity(sku: str, kind: str, description) -> None:
     if (description.forward_to is not None or description.forward_dead_lettered_messages_to is not None) and not tier.auto_forward:
         raise _refuse("auto-forwarding", tier)
     size = description.max_message_size
+    if tier.name == "premium" and description.enable_partitioning and size > PARTITIONED_PREMIUM_MESSAGE_SIZE:
+        raise ServiceBusError(  # PART-LIMIT-001
+            ErrorCode.ARGUMENT_ERROR,
+            f"max message size {size} bytes is not allowed in a partitioned Premium namespace (at most 1 MB).",
+            transient=False,
+        )
     if size > tier.max_message_size or (tier.min_message_size is not None and size < tier.min_message_size):
         low = f"{tier.min_message_size // KB} KB" if tier.min_message_size else "up to"
         raise ServiceBusError(

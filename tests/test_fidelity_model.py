@@ -397,3 +397,12 @@ def test_a_dead_letter_forward_the_destination_refuses_stays_in_the_dead_letter_
     ns.dead_letter(conn, "q", got.lock_token, "Bad", "bad")
     ns.make_available("sink")
     assert [d.message_id for d in ns.peek("q/$DeadLetterQueue")] == ["m"] and ns.peek("sink") == []
+
+
+@pytest.mark.clauses("PART-LIMIT-001")
+def test_a_partitioned_premium_entity_cannot_be_given_more_than_1_mb_per_message() -> None:
+    ns = Namespace(clock=VirtualClock(), sku="premium", partition_count=2)
+    fails(ErrorCode.ARGUMENT_ERROR, ns.create_queue, "big", max_message_size=2 * MB)
+    ns.create_queue("q")
+    fails(ErrorCode.ARGUMENT_ERROR, ns.update, "q", max_message_size=100 * MB)
+    assert ns.describe("q").max_message_size == 1 * MB
