@@ -28,6 +28,9 @@ class ErrorCode(str, Enum):
     ENTITY_UNAVAILABLE = "entity-unavailable"
     UNAUTHORIZED = "unauthorized"
     CONNECTION_LOST = "connection-lost"
+    TRANSACTION_UNKNOWN = "transaction-unknown"  # AMQP amqp:transaction:unknown-id
+    TRANSACTION_ROLLBACK = "transaction-rollback"  # AMQP amqp:transaction:rollback
+    TRANSACTION_TIMEOUT = "transaction-timeout"  # AMQP amqp:transaction:timeout
 
     def __str__(self) -> str:  # "message-lock-lost", not "ErrorCode.MESSAGE_LOCK_LOST"
         return self.value

@@ -19,6 +19,7 @@ from .clock import VirtualClock
 from .entity import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
+from .rules import Rule
 from .partitioning import (
     MAX_PARTITIONED_ENTITIES,
     PREMIUM_PARTITION_COUNTS,
@@ -30,7 +31,8 @@ from .partitioning import (
     partition_key,
 )
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
-from .tiers import TIERS, check_entity, check_transactions
+from .tiers import TIERS, check_entity
+from .transactions import Transactions
 
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"
 SUBSCRIPTIONS = "/subscriptions/"
@@ -76,6 +78,7 @@ class Namespace:
         self.open_connections: set[int] = set()
         self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given
         self.faults: dict[str, ServiceBusError] = {}  # entity key -> the error it answers with
+        self.transactions = Transactions(self)  # TXN-*: the coordinator
 
     # ------------------------------------------------------------ management
 
@@ -216,6 +219,25 @@ class Namespace:
                 transient=False,
             )
 
+    # ------------------------------------------------------------- rules
+
+    def subscription(self, path: str) -> Any:
+        """The subscription at ``<topic>/Subscriptions/<name>``."""
+        entity, store = self._resolve(path)
+        if not isinstance(entity, (Topic, PartitionedTopic)) or store is None or store.is_dead_letter:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not a subscription; rules belong to subscriptions.")
+        return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()]
+
+    def add_rule(self, path: str, rule: Rule) -> None:
+        """RULES-RULE-004: add a rule to a subscription (names are unique in it)."""
+        self.subscription(path).rules.add(rule)
+
+    def remove_rule(self, path: str, name: str) -> None:
+        self.subscription(path).rules.remove(name)
+
+    def list_rules(self, path: str) -> list[Rule]:
+        return self.subscription(path).rules.list()
+
     def _add(self, entity: Entity) -> Any:
         key = entity.path.lower()
         if key in self.entities:
@@ -303,6 +325,7 @@ class Namespace:
     def drop_connection(self, conn: int) -> None:
         """SETTLE-LOCK-009: the connection is gone, and every lock it held with it."""
         self.open_connections.discard(conn)
+        self.transactions.drop_connection(conn)
         now = self.clock.now
         for entity in self.entities.values():
             for store in entity.stores:
@@ -328,43 +351,23 @@ class Namespace:
         return entity.allowed_partitions(partition_key(message, entity.description.requires_duplicate_detection))
 
     def send_transaction(self, conn: int, sends: Sequence[tuple[str, Sequence[Message]]]) -> list[list[int | None]]:
-        """Sends committed together: all are accepted or none is.
+        """Sends committed together: all are accepted or none is (TXN-ATOM-001).
 
         On partitioned entities every message needs a partition key and all must share
         it (PART-TXN-001/002), so one transaction cannot reach several sessions there
         (PART-TXN-003); non-partitioned entities have no such rule (PART-TXN-004).
+        Returns the sequence numbers the commit assigned, per send.
         """
-        check_transactions(self.sku)  # SETTLE-TIER-003
-        now = self.clock.now
-        total = sum(len(messages) for _, messages in sends)
-        if total > MAX_TRANSACTION_MESSAGES:
-            raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"A transaction holds at most {MAX_TRANSACTION_MESSAGES} messages, not {total}.")
-        keys = set()
-        planned = []
-        for path, messages in sends:
-            entity = self._sending_entity(path)
-            messages = list(messages)
-            if isinstance(entity, PartitionedEntity):
-                for message in messages:
-                    key = partition_key(message, entity.description.requires_duplicate_detection)
-                    if key is None:
-                        raise ServiceBusError(
-                            ErrorCode.INVALID_OPERATION,
-                            f"A message sent to partitioned entity '{entity.path}' within a transaction must have a partition key "
-                            "(SessionId, PartitionKey, or MessageId with duplicate detection).",
-                        )
-                    keys.add(key)
-                    entity.allowed_partitions(key)
-                if len(keys) > 1:
-                    raise ServiceBusError(
-                        ErrorCode.INVALID_OPERATION,
-                        "All messages sent to partitioned entities within one transaction must share one partition key "
-                        f"(found {sorted(keys)}); one transaction cannot reach several sessions of a partitioned entity.",
-                    )
-            entity.check(messages, now)
-            planned.append((entity, messages))
+        txn = self.transactions.declare(conn)
+        try:
+            for path, messages in sends:
+                self.transactions.send(conn, txn, path, list(messages))
+        except ServiceBusError:
+            self.transactions.discharge(conn, txn, fail=True)
+            raise
+        committed = self.transactions.discharge(conn, txn, fail=False)
         self.billed_operations += 1
-        return [entity.accept(messages, now) for entity, messages in planned]
+        return [[committed[path].pop(0) for _ in messages] for path, messages in sends]
 
     def send_presettled(self, conn: int, path: str, messages: Sequence[Message] | Message) -> None:
         """SETTLE-SEND-004: a pre-settled transfer; the sender learns nothing, even of a rejection."""
@@ -392,6 +395,14 @@ class Namespace:
 
     def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
         self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)
+
+    def sending_entity(self, path: str) -> Entity:
+        """The queue or topic a send to ``path`` reaches (an error for anything else)."""
+        return self._sending_entity(path)
+
+    def receiving_store(self, path: str) -> MessageStore:
+        """The store a receive or settlement on ``path`` works on (queue, subscription, or a dead-letter queue)."""
+        return self._receiving_store(path)
 
     def _sending_entity(self, path: str) -> Entity:
         route = self._routes.get(path)

@@ -1,8 +1,8 @@
 """The messaging tiers (SKUs) of a namespace, and the rules each imposes on its entities.
 
 One table, ``TIERS``, read like the documentation's tier comparison and quotas pages;
-``check_entity`` applies it to a description before an entity is created or updated,
-``check_transactions`` to a transaction. Sources (spec/fidelity.md, SETTLE-TIER-*):
+``check_entity`` applies it to a description before an entity is created or updated
+(transactions check ``Tier.transactions`` through the coordinator, ``transactions.py``: TXN-TIER-001). Sources (spec/fidelity.md, SETTLE-TIER-*):
 
 - Basic has queues only: "The basic tier of Service Bus doesn't support" topics, sessions,
   duplicate detection, auto-forwarding or transactions (the enable-message-sessions,
@@ -108,9 +108,3 @@ def check_entity(sku: str, kind: str, description) -> None:
                 f"for a {'partitioned ' if description.enable_partitioning else ''}{kind}.",
                 transient=False,
             )
-
-
-def check_transactions(sku: str) -> None:
-    tier = TIERS[sku]
-    if not tier.transactions:
-        raise _refuse("transactions", tier)

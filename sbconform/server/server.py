@@ -57,7 +57,9 @@ from reference import Message as ModelMessage
 from reference.entity import Topic
 from reference.partitioning import PartitionedTopic
 
+from . import coordinator
 from .config import Config
+from .rules import rule_operation
 from .sas import TokenError, check_token, normalise
 from .wire import BATCH_FORMAT, FrameScanner, WireError, data_sections, skip
 
@@ -80,6 +82,9 @@ CONDITIONS = {
     ErrorCode.ENTITY_UNAVAILABLE: "com.microsoft:entity-disabled",
     ErrorCode.UNAUTHORIZED: "amqp:unauthorized-access",
     ErrorCode.CONNECTION_LOST: "amqp:connection:forced",
+    ErrorCode.TRANSACTION_UNKNOWN: "amqp:transaction:unknown-id",
+    ErrorCode.TRANSACTION_ROLLBACK: "amqp:transaction:rollback",
+    ErrorCode.TRANSACTION_TIMEOUT: "amqp:transaction:timeout",
 }
 #: management status codes per error
 STATUS = {
@@ -376,6 +381,7 @@ class Server:
             return
         state.closed = True
         self.namespace.open_connections.discard(state.model_conn)
+        self.namespace.transactions.drop_connection(state.model_conn)  # TXN-CONN-001: undischarged work is gone
         for r in state.receivers:
             self.waiting[r.key].discard(r)
         state.receivers.clear()
@@ -533,6 +539,12 @@ class Server:
         link.target.copy(remote_target)
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
+        if link.is_receiver and coordinator.is_coordinator(link):  # a transaction controller (TXN-*)
+            if not state.audiences:
+                self._refuse(link, ServiceBusError(ErrorCode.UNAUTHORIZED, "Put a token on $cbs before declaring transactions."))
+                return
+            coordinator.open_coordinator(link)
+            return
         if link.is_receiver:  # the client sends: to an entity, $cbs, or a management node
             address = _entity_path(remote_target.address)
             if address == "$cbs" or address.endswith("$management") or address == "$sbconform":
@@ -542,6 +554,11 @@ class Server:
             try:
                 self._authorize(state, address)
                 self.namespace._sending_entity(address)
+                destination = coordinator.destination_of(link)
+                if destination is not None:  # send via (TXN-VIA-001): both entities are authorised
+                    self._authorize(state, _entity_path(destination))
+                    self.namespace._sending_entity(_entity_path(destination))
+                    link.properties = {coordinator.TRANSFER_DESTINATION: destination}
             except ServiceBusError as error:
                 self._refuse(link, error)
                 return
@@ -727,6 +744,19 @@ class Server:
             if not dlv.settled:
                 dlv.settle()
             return
+        txn = coordinator.transactional(dlv)
+        if txn is not None:  # TXN-VIS-002: enlisted, applied at commit; the lock stays meanwhile
+            try:
+                kind, reason, description = coordinator.settlement_of(txn[1])
+                self.namespace.transactions.settle(state.model_conn, txn[0], kind, r.path, token, reason, description)
+            except ServiceBusError as error:
+                dlv.local.condition = _condition(error)
+                dlv.update(Delivery.REJECTED)
+                dlv.settle()
+                return
+            dlv.token = None  # type: ignore[attr-defined]
+            coordinator.answer_transactional(dlv, txn[0])
+            return
         outcome = dlv.remote_state
         remote = dlv.remote
         ns = self.namespace
@@ -789,6 +819,8 @@ class Server:
             msg.address = m.to
         if m.reply_to is not None:
             msg.reply_to = m.reply_to
+        if m.reply_to_session_id is not None:
+            msg.reply_to_group_id = m.reply_to_session_id
         # the effective time to live (the entity default caps the message's: SETTLE-TTL-001)
         ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
         annotations = {
@@ -831,6 +863,9 @@ class Server:
         link.advance()
         if link.credit < SEND_CREDIT // 2:
             link.flow(SEND_CREDIT - link.credit)
+        if coordinator.is_coordinator(link):
+            coordinator.control(self.namespace, state.model_conn, data, dlv, _condition)
+            return
         address = _entity_path(link.remote_target.address)
         if address == "$cbs":
             self._cbs(state, data)
@@ -843,12 +878,18 @@ class Server:
             dlv.settle()
             return
         error: ServiceBusError | None = None
+        txn = coordinator.transactional(dlv)
+        destination = coordinator.destination_of(link)
         try:
             if fmt == BATCH_FORMAT:
                 messages = [self._decode(part) for part in data_sections(data)]
             else:
                 messages = [self._decode(data)]
-            self.namespace.send(state.model_conn, address, messages)
+            if txn is not None:  # TXN-VIS-001: enlisted, committed at discharge
+                via = address if destination is not None else None
+                self.namespace.transactions.send(state.model_conn, txn[0], _entity_path(destination) if via else address, messages, via=via)
+            else:
+                self.namespace.send(state.model_conn, _entity_path(destination) if destination else address, messages)
         except ServiceBusError as e:
             error = e
         except (WireError, Exception) as e:  # undecodable: a rejection, not a crash
@@ -864,6 +905,9 @@ class Server:
         if error is not None:
             dlv.local.condition = _condition(error)
             dlv.update(Delivery.REJECTED)
+        elif txn is not None:
+            coordinator.answer_transactional(dlv, txn[0])
+            return
         else:
             dlv.update(Delivery.ACCEPTED)
         dlv.settle()
@@ -904,6 +948,7 @@ class Server:
             subject=msg.subject,
             to=msg.address,
             reply_to=msg.reply_to,
+            reply_to_session_id=msg.reply_to_group_id or None,
             application_properties=dict(msg.properties or {}),
         )
 
@@ -1041,6 +1086,9 @@ class Server:
             value = body.get("session-state")
             ns.set_session_state(conn, path, str(sid), None if value is None else bytes(value))
             return 200, {}
+        ruled = rule_operation(ns, path, operation, body)  # add-rule, remove-rule, enumerate-rules
+        if ruled is not None:
+            return ruled
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unsupported management operation {operation!r}")
 
     # -------------------------------------------------------------- control

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from reference import ErrorCode, Message, ServiceBusError
+from reference import ErrorCode, Message, Rule, ServiceBusError
 
 PEEK_LOCK = "peek-lock"
 RECEIVE_AND_DELETE = "receive-and-delete"
@@ -57,6 +57,7 @@ class Received:
     subject: str | None = None
     to: str | None = None
     reply_to: str | None = None
+    reply_to_session_id: str | None = None
     raw: Any = field(default=None, compare=False, repr=False)  # the target's own object
 
 
@@ -73,6 +74,40 @@ class Handle:
 
     def __hash__(self) -> int:
         return self.id
+
+
+class TransactionalClient(ABC):
+    """One client connection that declares transactions and does transactional work on it
+    (capability ``transactions``): receives in peek-lock mode, then sends and settles inside a
+    transaction, and discharges it. Errors are ``ServiceBusError`` as everywhere (a failed discharge
+    is ``transaction-rollback``, ``transaction-timeout`` or ``transaction-unknown``)."""
+
+    @abstractmethod
+    def receive(self, path: str, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
+        """Peek-lock receive on this connection (receives are not part of a transaction)."""
+
+    @abstractmethod
+    def declare(self) -> Any:
+        """A new transaction on this connection; returns its id."""
+
+    @abstractmethod
+    def send(self, txn: Any, path: str, messages: Sequence[Message], via: str | None = None) -> None:
+        """Send in the transaction to ``path``; with ``via``, through that transfer entity (send via)."""
+
+    @abstractmethod
+    def settle(self, txn: Any, path: str, message: Received, outcome: str, reason: str | None = None, description: str | None = None) -> None:
+        """``outcome`` is complete, abandon, defer or dead_letter, of a message this client received."""
+
+    @abstractmethod
+    def discharge(self, txn: Any, commit: bool) -> None:
+        """Commit (all or nothing) or roll back."""
+
+    @abstractmethod
+    def drop(self) -> None:
+        """The connection is lost abruptly (no AMQP close)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 class Target(ABC):
@@ -149,6 +184,23 @@ class Target(ABC):
         self.require("entity-management")
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ rules
+    def add_rule(self, subscription_path: str, rule: Rule) -> None:
+        """Add a rule (``reference.Rule``: a name, a filter, an optional action) to a
+        subscription (capability ``rules``). An invalid SQL filter or action, or a name
+        already taken, is an error (RULES-SQL-014, RULES-RULE-004)."""
+        self.require("rules")
+        raise NotImplementedError
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        self.require("rules")
+        raise NotImplementedError
+
+    def list_rules(self, subscription_path: str) -> list[Rule]:
+        """The subscription's rules, in the order they were added."""
+        self.require("rules")
+        raise NotImplementedError
+
     # -------------------------------------------------------- paired namespaces
     def namespace_name(self) -> str:
         """The namespace's name (``contoso`` for contoso.servicebus.windows.net): the
@@ -215,6 +267,11 @@ class Target(ABC):
     def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]] | None:
         """Send everything in one transaction, committed together (capability ``transactions``).
         Returns each send's sequence numbers as ``send`` does, or None if the target cannot tell."""
+        self.require("transactions")
+        raise NotImplementedError
+
+    def transaction_client(self) -> TransactionalClient:
+        """A connection that can declare transactions (capability ``transactions``)."""
         self.require("transactions")
         raise NotImplementedError
 

@@ -21,11 +21,12 @@ from reference import (
     Message,
     Namespace,
     NEVER,
+    Rule,
     ServiceBusError,
     VirtualClock,
 )
 
-from .base import Handle, Received, Target
+from .base import Handle, Received, Target, TransactionalClient
 
 CAPABILITIES = frozenset(
     {
@@ -50,6 +51,7 @@ CAPABILITIES = frozenset(
         "transactions",
         "auto-forward",
         "paired-namespaces",
+        "rules",
     }
 )
 
@@ -81,6 +83,7 @@ def received_from(delivery: Delivery, raw: Any = None) -> Received:
         subject=message.subject,
         to=message.to,
         reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
         raw=raw,
     )
 
@@ -131,6 +134,15 @@ class ReferenceTarget(Target):
         self.namespace.make_partition_available(path, partition)
     def describe_entity(self, path: str) -> dict[str, Any]:
         return asdict(self.namespace.describe(path))
+
+    def add_rule(self, subscription_path: str, rule: Rule) -> None:
+        self.namespace.add_rule(subscription_path, rule)
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        self.namespace.remove_rule(subscription_path, name)
+
+    def list_rules(self, subscription_path: str) -> list[Rule]:
+        return self.namespace.list_rules(subscription_path)
 
     # ------------------------------------------------------- paired namespaces
     def namespace_name(self) -> str:
@@ -198,6 +210,9 @@ class ReferenceTarget(Target):
             return []
         conn = sends[0][0].private
         return self.namespace.send_transaction(conn, [(handle.path, list(messages)) for handle, messages in sends])
+
+    def transaction_client(self) -> "ReferenceTransactionalClient":
+        return ReferenceTransactionalClient(self)
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         for message in messages:
@@ -283,3 +298,34 @@ class ReferenceTarget(Target):
 
     def wait(self, duration: int) -> None:
         self.namespace.clock.advance(duration)
+
+
+class ReferenceTransactionalClient(TransactionalClient):
+    """A model connection driving the namespace's transaction coordinator (reference/transactions.py)."""
+
+    def __init__(self, target: ReferenceTarget) -> None:
+        self.target = target
+        self.namespace = target.namespace
+        self.conn = self.namespace.connect()
+
+    def receive(self, path: str, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
+        handle = Handle("receiver", path, mode=PEEK_LOCK, private=self.conn)
+        return self.target.receive(handle, max_count, max_wait)
+
+    def declare(self) -> int:
+        return self.namespace.transactions.declare(self.conn)
+
+    def send(self, txn: Any, path: str, messages: Sequence[Message], via: str | None = None) -> None:
+        self.namespace.transactions.send(self.conn, txn, path, list(messages), via=via)
+
+    def settle(self, txn: Any, path: str, message: Received, outcome: str, reason: str | None = None, description: str | None = None) -> None:
+        self.namespace.transactions.settle(self.conn, txn, outcome, path, message.lock_token, reason, description)
+
+    def discharge(self, txn: Any, commit: bool) -> None:
+        self.namespace.transactions.discharge(self.conn, txn, fail=not commit)
+
+    def drop(self) -> None:
+        self.namespace.drop_connection(self.conn)
+
+    def close(self) -> None:
+        self.namespace.drop_connection(self.conn)

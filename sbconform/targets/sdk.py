@@ -41,7 +41,7 @@ from reference import ErrorCode, Message, ServiceBusError
 from ..processes import stop_process
 
 from .azure_admin import split_path
-from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
+from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient
 
 CAPABILITIES = frozenset(
     {
@@ -61,13 +61,14 @@ CAPABILITIES = frozenset(
         "entity-outage",
         "auto-forward",
         "presettled-send",
+        "transactions",
+        "rules",
     }
 )
 
 LACKING = {
     "virtual-time": "time passes in real time through the SDK; scenarios needing minutes or days cannot wait that long",
     "model-internals": "the model's internal structure is not observable through the SDK",
-    "transactions": "the Python azure-servicebus SDK has no transactions API",
     "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
     "paired-namespaces": "the paired client (reference/paired) would need a second namespace, and it classifies errors as the .NET client does, while the Python SDK calls entity-disabled retryable (.NET and Java: not transient); many scenarios also wait minutes",
 }
@@ -290,6 +291,9 @@ _CONDITION_CODES = {
     "com.microsoft:entity-disabled": ErrorCode.ENTITY_UNAVAILABLE,
     "amqp:unauthorized-access": ErrorCode.UNAUTHORIZED,
     "com.microsoft:auth-failed": ErrorCode.UNAUTHORIZED,
+    "amqp:transaction:unknown-id": ErrorCode.TRANSACTION_UNKNOWN,
+    "amqp:transaction:rollback": ErrorCode.TRANSACTION_ROLLBACK,
+    "amqp:transaction:timeout": ErrorCode.TRANSACTION_TIMEOUT,
 }
 
 
@@ -385,6 +389,7 @@ class SdkTarget(Target):
         self.t0 = 0.0
         self.created: list[str] = []
         self.handles: list[Handle] = []
+        self._rule_clients: dict[str, Handle] = {}  # subscription path -> receiver whose $management link carries rule operations
         self._opened = False
         self._low_level: LowLevelClient | None = None
         if control == "none":
@@ -517,6 +522,51 @@ class SdkTarget(Target):
     def make_available(self, path: str) -> None:
         self._control().call("entity-availability", path=path, available=True)
 
+    # ------------------------------------------------------------------ rules
+    # The Python SDK has no rule API over AMQP (ServiceBusAdministrationClient speaks HTTP): the
+    # rule operations are sent on the subscription's $management node, through the SDK's own
+    # request-response link of a subscription receiver, in the documented format
+    # (sbconform/server/rules.py). Not retried: a retried add-rule whose first reply was lost
+    # would fail as already existing.
+    def _rule_request(self, subscription_path: str, operation: bytes, body: dict) -> Any:
+        import functools
+
+        from azure.servicebus._common import mgmt_handlers
+
+        handle = self._rule_clients.get(subscription_path)
+        if handle is None:
+            handle = self._rule_clients[subscription_path] = self.receiver(subscription_path)
+        client = handle.private
+        callback = functools.partial(mgmt_handlers.default, amqp_transport=client._amqp_transport)
+        return self._call(client._mgmt_request_response, operation, body, callback)
+
+    def add_rule(self, subscription_path: str, rule: Any) -> None:
+        from azure.servicebus._common.constants import REQUEST_RESPONSE_ADD_RULE_OPERATION
+
+        from ..server.rules import add_rule_body
+
+        self._rule_request(subscription_path, REQUEST_RESPONSE_ADD_RULE_OPERATION, add_rule_body(rule))
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        from azure.servicebus._common.constants import REQUEST_RESPONSE_REMOVE_RULE_OPERATION
+
+        self._rule_request(subscription_path, REQUEST_RESPONSE_REMOVE_RULE_OPERATION, {"rule-name": name})
+
+    def list_rules(self, subscription_path: str) -> list[Any]:
+        from azure.servicebus._common.constants import REQUEST_RESPONSE_GET_RULES_OPERATION
+
+        from ..server.rules import rule_from_description
+
+        rules: list[Any] = []
+        while True:
+            page = self._rule_request(subscription_path, REQUEST_RESPONSE_GET_RULES_OPERATION, {"skip": len(rules), "top": 100})
+            entries = (page or {}).get(b"rules") or (page or {}).get("rules") or []
+            for entry in entries:
+                desc = entry.get(b"rule-description", entry.get("rule-description"))
+                rules.append(rule_from_description(desc))
+            if len(entries) < 100:
+                return rules
+
     # ---------------------------------------------------------------- clients
     def _call(self, fn, *args: Any, **kwargs: Any) -> Any:
         from azure.servicebus.exceptions import ServiceBusError as SdkError
@@ -624,6 +674,7 @@ class SdkTarget(Target):
             subject=message.subject,
             to=message.to,
             reply_to=message.reply_to,
+            reply_to_session_id=message.reply_to_session_id,
             application_properties=dict(message.application_properties) or None,
             **kwargs,
         )
@@ -648,6 +699,36 @@ class SdkTarget(Target):
             for m in messages:
                 self._call(lambda m=m: client.send_messages(self._sdk_message(m)))
         return [None] * len(messages)  # the SDK does not say which sequence number a send got
+
+    def transaction_client(self) -> TransactionalClient:
+        """Transactions (TXN-*, PART-TXN-*): the Python SDK has none, so they go through a
+        python-qpid-proton client on a connection of its own (coordinator link, transactional
+        transfers and dispositions), authorised with the connection string's key, as the .NET and
+        Java SDKs do it."""
+        from .proton_txn import ProtonTransactionalClient
+
+        parts = parse_connection_string(self.connection_string or "")
+        emulator = parts.get("usedevelopmentemulator", "").lower() == "true"
+        return ProtonTransactionalClient(
+            "127.0.0.1" if self.host == "localhost" else self.host, self.port if emulator else 5671,
+            parts.get("sharedaccesskeyname", ""), parts.get("sharedaccesskey", ""), tls=not emulator,
+            condition_code=_code_of_condition,
+        )
+
+    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]]:
+        client = self.transaction_client()
+        try:
+            txn = client.declare()
+            try:
+                for handle, messages in sends:
+                    client.send(txn, handle.path, list(messages))
+            except ServiceBusError:
+                client.discharge(txn, commit=False)
+                raise
+            client.discharge(txn, commit=True)
+        finally:
+            client.close()
+        return [[None] * len(messages) for _, messages in sends]
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         """SETTLE-SEND-004 is about "a low-level AMQP client": the SDK has no pre-settled send, so
@@ -706,6 +787,7 @@ class SdkTarget(Target):
             subject=m.subject,
             to=m.to,
             reply_to=m.reply_to,
+            reply_to_session_id=m.reply_to_session_id,
             raw=m,
         )
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
 
-from ..targets.base import PEEK_LOCK, Handle, Received, Target
+from ..targets.base import PEEK_LOCK, Handle, Received, Target, TransactionalClient
 from .io import JsonlWriter
 
 #: the pseudo-client of calls not made on a link (management, faults, waiting)
@@ -401,6 +401,20 @@ class RecordingTarget(Target):
         return self._call("describe-entity", (ADMIN, None), {"entity": path}, lambda: self.target.describe_entity(path),
                           lambda description: [{"entity": path, "result": description}])
 
+    # ---------------------------------------------------------------- rules
+    def add_rule(self, subscription_path: str, rule: Any) -> None:
+        args = {"name": rule.name, "filter": repr(rule.filter), "action": None if rule.action is None else rule.action.expression}
+        self._call("add-rule", (ADMIN, None), {"entity": subscription_path, "args": args},
+                   lambda: self.target.add_rule(subscription_path, rule))
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        self._call("remove-rule", (ADMIN, None), {"entity": subscription_path, "args": {"name": name}},
+                   lambda: self.target.remove_rule(subscription_path, name))
+
+    def list_rules(self, subscription_path: str) -> list[Any]:
+        return self._call("list-rules", (ADMIN, None), {"entity": subscription_path}, lambda: self.target.list_rules(subscription_path),
+                          lambda rules: [{"entity": subscription_path, "result": {"rules": [repr(r) for r in rules]}}])
+
     # --------------------------------------------------------------- faults
     def make_unavailable(self, path: str, code: str = "entity-unavailable", transient: bool | None = None) -> None:
         self._call("entity-down", (ADMIN, None), {"entity": path, "args": {"code": str(code), "transient": transient}},
@@ -552,6 +566,9 @@ class RecordingTarget(Target):
             self._emit("send", op_id, "ok", who, {**{k: v for k, v in fields.items() if k != "args"}, **seq})
         return result
 
+    def transaction_client(self) -> "RecordingTransactionalClient":
+        return RecordingTransactionalClient(self, self.target.transaction_client())
+
     def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
         who = self._who(sender)
         messages = list(messages)
@@ -683,3 +700,91 @@ class TestTrace:
 
 
 __all__ = ["ADMIN", "RecordingTarget", "TestTrace", "TraceRecorder", "trace_file_name"]
+
+
+class RecordingTransactionalClient(TransactionalClient):
+    """A transactional client whose work is recorded (TXN-*): every transactional send and settlement
+    is invoked when it is enlisted and completes when the transaction is discharged: ``ok`` at a
+    commit, ``fail`` at a rollback, a failed commit or the connection's loss, when nothing of it was
+    applied (TXN-ATOM-001). Receives are recorded as any receive. Declare and discharge themselves are
+    no entity operations and leave no event."""
+
+    def __init__(self, recording: RecordingTarget, inner: TransactionalClient) -> None:
+        self.rec = recording
+        self.inner = inner
+        self.client = _Client(recording.recorder.new_client(), "", "transactional")
+        self.pending: dict[Any, list[tuple[int, str, dict[str, Any]]]] = {}
+
+    def _key(self, txn: Any) -> Any:
+        return bytes(txn) if isinstance(txn, (bytes, bytearray, memoryview)) else txn
+
+    def _who(self) -> tuple[str, str]:
+        return self.client.name, self.client.conn
+
+    def receive(self, path: str, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
+        args = {"mode": PEEK_LOCK, "max_count": max_count, "max_wait": max_wait}
+        return self.rec._call("receive", self._who(), {"entity": path, "session": None, "args": args},
+                              lambda: self.inner.receive(path, max_count, max_wait), self.rec._deliveries)
+
+    def declare(self) -> Any:
+        txn = self.inner.declare()
+        self.pending[self._key(txn)] = []
+        return txn
+
+    def _enlist(self, txn: Any, op: str, fields: dict[str, Any], call: Callable[[], Any]) -> None:
+        op_id = self.rec.recorder.new_op()
+        fields = {**fields, "args": {**fields.get("args", {}), "transaction": str(self._key(txn))}}
+        self.rec._emit(op, op_id, "invoke", self._who(), fields)
+        try:
+            call()
+        except BaseException as error:
+            if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
+            self.rec._outcome([(op_id, fields)], op, self._who(), error)
+            raise
+        self.pending.setdefault(self._key(txn), []).append((op_id, op, fields))
+
+    def send(self, txn: Any, path: str, messages: Sequence[Message], via: str | None = None) -> None:
+        sender = Handle("sender", path)
+        for message in messages:
+            fields = self.rec._send_fields(sender, message, transaction=True, via=via)
+            self._enlist(txn, "send", fields, lambda m=message: self.inner.send(txn, path, [m], via))
+
+    def settle(self, txn: Any, path: str, message: Received, outcome: str, reason: str | None = None, description: str | None = None) -> None:
+        op = {"dead_letter": "dead-letter"}.get(outcome, outcome)
+        fields: dict[str, Any] = {"entity": path, **settled_fields(message)}
+        if outcome == "dead_letter":
+            fields["args"] = {"reason": reason, "description": description}
+        self._enlist(txn, op, fields, lambda: self.inner.settle(txn, path, message, outcome, reason, description))
+
+    def _end(self, txn: Any, phase: str, error: str | None = None) -> None:
+        for op_id, op, fields in self.pending.pop(self._key(txn), []):
+            done = {k: v for k, v in fields.items() if k != "args"}
+            if error is not None:
+                done["error"] = error
+            self.rec._emit(op, op_id, phase, self._who(), done)
+
+    def discharge(self, txn: Any, commit: bool) -> None:
+        try:
+            self.inner.discharge(txn, commit)
+        except ServiceBusError as error:
+            self._end(txn, "fail", str(error.code))  # nothing of it was applied
+            raise
+        except BaseException:
+            self._end(txn, "info")
+            raise
+        if commit:
+            self._end(txn, "ok")
+        else:
+            self._end(txn, "fail", str(ErrorCode.TRANSACTION_ROLLBACK))
+
+    def drop(self) -> None:
+        self.inner.drop()
+        for txn in list(self.pending):
+            self._end(txn, "fail", str(ErrorCode.CONNECTION_LOST))
+        self.client.connections += 1
+
+    def close(self) -> None:
+        self.inner.close()
+        for txn in list(self.pending):
+            self._end(txn, "fail", str(ErrorCode.CONNECTION_LOST))

@@ -28,6 +28,8 @@ def world(sb_target):
     w = World(sb_target)
     yield w
     w.close()
+    for close in getattr(w, "closers", []):  # transactional clients (steps/transactions.py)
+        close()
     for extra in getattr(w, "extra_targets", []):
         extra.close()
     if not w.error_checked:

@@ -1,0 +1,304 @@
+"""Transactions: one state machine per transaction, and the coordinator that holds them.
+
+Sources (cited by the TXN-* clauses in spec/clauses/transactions.toml):
+
+- Microsoft, "Overview of Service Bus transaction processing"
+  (learn.microsoft.com/azure/service-bus-messaging/service-bus-transactions): the operations a
+  transaction may hold (send, complete, abandon, dead-letter, defer, renew lock; receives are not
+  part of it), the single-entity scope and the transfer ("send via") entity, the 2-minute timeout
+  whose timer starts with the first operation, and no transactions on the Basic tier.
+- Microsoft, "AMQP 1.0 in Azure Service Bus and Event Hubs protocol guide", section Transactions:
+  declare / discharge on the coordinator link (fail=true is a rollback), transactional sends and
+  dispositions carrying ``transactional-state``.
+- OASIS AMQP 1.0 part 4 (transactions): the ``transaction-error`` conditions (unknown-id, rollback,
+  timeout); work on a transaction that does not exist is an error; discharging ends it.
+- The partitioning seed (PART-TXN-001..004): on partitioned entities every transactional message
+  needs a partition key, and all share one.
+- Microsoft, "Service Bus quotas": at most 100 messages in one transaction.
+
+A transaction buffers its work. Nothing it holds is visible to anyone (a message sent in it is not
+in the entity; a message completed in it is still locked by its receiver) until it is committed;
+the commit checks every buffered operation again and then applies all of them, or none
+(TXN-ATOM-001). A rollback, a timeout or the loss of the connection discards the work: the entity
+is as if the transaction had never run (TXN-ROLLBACK-001). At commit the model applies the
+settlements in the order they were enlisted, then the sends, one batch per destination.
+
+Renewing a lock inside a transaction is allowed (TXN-OPS-001) and takes effect at once: a renewal
+has nothing to undo, and a lock that lapsed before the commit would make the commit fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .errors import ErrorCode, ServiceBusError
+from .message import Message
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .namespace import Namespace
+
+#: TXN-TIMEOUT-001: "A transaction times out after 2 minutes. The transaction timer starts when the
+#: first operation in the transaction starts."
+TRANSACTION_TIMEOUT = 2 * 60 * 1000
+#: Messages per transaction (Service Bus quotas).
+MAX_TRANSACTION_MESSAGES = 100
+
+ACTIVE = "active"
+COMMITTED = "committed"
+ROLLED_BACK = "rolled-back"
+TIMED_OUT = "timed-out"
+
+#: The settlements a transaction may hold (TXN-OPS-001), by the name the Namespace gives them.
+SETTLEMENTS = ("complete", "abandon", "dead_letter", "defer")
+
+
+@dataclass
+class Operation:
+    """One piece of buffered work: a send, or a settlement of a locked message."""
+
+    kind: str  # "send" or one of SETTLEMENTS
+    path: str  # the entity path as the client named it (for a send: the destination)
+    messages: tuple[Message, ...] = ()
+    lock_token: int | None = None
+    reason: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class Transaction:
+    """TXN-*: a transaction's life: declared (active), then committed, rolled back or timed out."""
+
+    txn_id: int
+    conn: int
+    state: str = ACTIVE
+    started_at: int | None = None  # the instant of the first operation (TXN-TIMEOUT-001)
+    scope: str | None = None  # the one top-level entity the transaction works against (TXN-SCOPE-001)
+    operations: list[Operation] = field(default_factory=list)
+
+    def timed_out(self, now: int) -> bool:
+        return self.started_at is not None and now - self.started_at >= TRANSACTION_TIMEOUT
+
+    def message_count(self) -> int:
+        return sum(len(op.messages) for op in self.operations)
+
+    def holds_lock(self, path_key: str, lock_token: int) -> bool:
+        return any(op.lock_token == lock_token and scope_key(op.path) == path_key for op in self.operations if op.kind != "send")
+
+
+def scope_key(path: str) -> str:
+    """The top-level entity a path belongs to: ``q`` for ``q`` and ``q/$DeadLetterQueue``, ``t`` for
+    ``t/Subscriptions/s`` (a transaction receiving from a subscription is scoped to its topic, which
+    is why "the transfer entity must be a topic" there)."""
+    return path.strip("/").lower().split("/", 1)[0]
+
+
+def unknown(txn_id: Any) -> ServiceBusError:
+    return ServiceBusError(ErrorCode.TRANSACTION_UNKNOWN, f"Transaction {txn_id!r} is unknown or already discharged.", transient=False)
+
+
+class Transactions:
+    """The coordinator of one namespace: declares transactions and discharges them.
+
+    Every method takes the connection it is called on; a transaction belongs to the connection
+    that declared it (AMQP: a transaction id is valid on its own connection only).
+    """
+
+    def __init__(self, namespace: "Namespace") -> None:
+        self.namespace = namespace
+        self._ids = itertools.count(1).__next__
+        self.active: dict[int, Transaction] = {}
+
+    # -------------------------------------------------------------- declare and discharge
+
+    def declare(self, conn: int) -> int:
+        """TXN-DECL-001: a new transaction id; Basic namespaces have no transactions (TXN-TIER-001)."""
+        if self.namespace.sku == "basic":
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION, "The Basic tier of Service Bus doesn't support transactions.", transient=False
+            )
+        txn = Transaction(self._ids(), conn)
+        self.active[txn.txn_id] = txn
+        return txn.txn_id
+
+    def discharge(self, conn: int, txn_id: int, fail: bool) -> dict[str, list[int | None]]:
+        """fail=True rolls back (TXN-ROLLBACK-001); fail=False commits all or nothing (TXN-ATOM-001).
+
+        Either way the transaction ends: discharging it again is an unknown id (TXN-ERR-001).
+        A transaction past its timeout cannot commit (TXN-TIMEOUT-001). A commit returns the sequence
+        numbers its sends were given, per destination path, in the order they were sent.
+        """
+        txn = self._get(conn, txn_id)
+        del self.active[txn_id]
+        now = self.namespace.clock.now
+        if fail:
+            txn.state = ROLLED_BACK
+            return {}
+        if txn.timed_out(now):
+            txn.state = TIMED_OUT
+            raise ServiceBusError(
+                ErrorCode.TRANSACTION_TIMEOUT,
+                f"Transaction {txn_id} timed out: more than {TRANSACTION_TIMEOUT // 1000} s since its first operation; it was rolled back.",
+                transient=False,
+            )
+        try:
+            self._check_all(txn)
+        except ServiceBusError as cause:
+            txn.state = ROLLED_BACK
+            raise ServiceBusError(
+                ErrorCode.TRANSACTION_ROLLBACK, f"Transaction {txn_id} was rolled back: {cause.text}", transient=False
+            ) from cause
+        committed = self._apply_all(txn)
+        txn.state = COMMITTED
+        return committed
+
+    def drop_connection(self, conn: int) -> None:
+        """A connection's transactions end with it, rolled back (nothing of them is applied)."""
+        for txn_id in [t for t, txn in self.active.items() if txn.conn == conn]:
+            self.active.pop(txn_id).state = ROLLED_BACK
+
+    # ------------------------------------------------------------------ transactional work
+
+    def send(self, conn: int, txn_id: int, path: str, messages: Sequence[Message] | Message, via: str | None = None) -> None:
+        """TXN-VIS-001: buffered until commit. ``via`` is the transfer entity (TXN-VIA-001): the send is
+        scoped to it and the message goes on to ``path`` when the transaction commits."""
+        batch = (messages,) if isinstance(messages, Message) else tuple(messages)
+        txn = self._enlist(conn, txn_id, via if via is not None else path)
+        if txn.message_count() + len(batch) > MAX_TRANSACTION_MESSAGES:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"A transaction holds at most {MAX_TRANSACTION_MESSAGES} messages, not {txn.message_count() + len(batch)}.",
+                transient=False,
+            )
+        candidate = txn.operations + [Operation("send", path, batch)]
+        self._check_sends(candidate)
+        txn.operations.append(candidate[-1])
+
+    def settle(
+        self,
+        conn: int,
+        txn_id: int,
+        kind: str,
+        path: str,
+        lock_token: int,
+        reason: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """TXN-VIS-002: a settlement takes effect at commit; until then the message stays locked
+        by its receiver. The lock must be held now, and settled once per transaction."""
+        if kind not in SETTLEMENTS:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"{kind!r} cannot be part of a transaction (one of {SETTLEMENTS})")
+        txn = self._enlist(conn, txn_id, path)
+        store = self.namespace.receiving_store(path)
+        store.locked_message(self.namespace.clock.now, conn, lock_token)
+        if txn.holds_lock(scope_key(path), lock_token):
+            raise ServiceBusError(
+                ErrorCode.MESSAGE_LOCK_LOST, f"The message with lock token {lock_token} was already settled in transaction {txn_id}."
+            )
+        txn.operations.append(Operation(kind, path, lock_token=lock_token, reason=reason, description=description))
+
+    def renew_lock(self, conn: int, txn_id: int, path: str, lock_token: int) -> int:
+        """TXN-OPS-001: renewing a lock is allowed in a transaction; it takes effect at once."""
+        self._enlist(conn, txn_id, path)
+        return self.namespace.renew_lock(conn, path, lock_token)
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _get(self, conn: int, txn_id: int) -> Transaction:
+        txn = self.active.get(txn_id)
+        if txn is None or txn.conn != conn:  # another connection's transaction is unknown here
+            raise unknown(txn_id)
+        return txn
+
+    def _enlist(self, conn: int, txn_id: int, scope_path: str) -> Transaction:
+        """The checks every operation passes: the transaction exists on this connection, has not
+        timed out (the timer starts with its first operation), and stays on one entity."""
+        txn = self._get(conn, txn_id)
+        now = self.namespace.clock.now
+        if txn.timed_out(now):
+            del self.active[txn_id]
+            txn.state = TIMED_OUT
+            raise ServiceBusError(
+                ErrorCode.TRANSACTION_TIMEOUT, f"Transaction {txn_id} timed out and was rolled back.", transient=False
+            )
+        key = scope_key(scope_path)
+        if txn.scope is None:
+            txn.scope = key
+        elif txn.scope != key:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                f"Transaction {txn_id} works against '{txn.scope}'; operations on '{key}' in the same transaction must be "
+                f"sent via '{txn.scope}' (a transfer), as a transaction is scoped to one entity.",
+                transient=False,
+            )
+        if txn.started_at is None:
+            txn.started_at = now
+        return txn
+
+    def _check_sends(self, operations: Sequence[Operation]) -> None:
+        """Every buffered send would be accepted (sizes, quota, sessions), and on partitioned entities
+        all transactional messages carry one partition key (PART-TXN-001/002/003)."""
+        now = self.namespace.clock.now
+        by_path: dict[str, list[Message]] = {}
+        for op in operations:
+            if op.kind == "send":
+                by_path.setdefault(op.path, []).extend(op.messages)
+        keys: set[str] = set()
+        for path, messages in by_path.items():
+            entity = self.namespace.sending_entity(path)
+            if entity.partitioned:
+                keys |= transactional_partition_keys(entity, messages)
+                one_partition_key(keys)
+            entity.check(messages, now)
+
+    def _check_all(self, txn: Transaction) -> None:
+        """Before anything is applied: every lock still held, every send still acceptable."""
+        now = self.namespace.clock.now
+        for op in txn.operations:
+            if op.kind != "send":
+                self.namespace.receiving_store(op.path).locked_message(now, txn.conn, op.lock_token)
+        self._check_sends(txn.operations)
+
+    def _apply_all(self, txn: Transaction) -> dict[str, list[int | None]]:
+        ns = self.namespace
+        sends: dict[str, list[Message]] = {}
+        for op in txn.operations:
+            if op.kind == "send":
+                sends.setdefault(op.path, []).extend(op.messages)
+            elif op.kind == "dead_letter":
+                ns.dead_letter(txn.conn, op.path, op.lock_token, op.reason, op.description)
+            else:
+                getattr(ns, op.kind)(txn.conn, op.path, op.lock_token)
+        # one batch per destination, accepted together
+        return {path: ns.sending_entity(path).accept(messages, ns.clock.now) for path, messages in sends.items()}
+
+
+def transactional_partition_keys(entity: Any, messages: Sequence[Message]) -> set[str]:
+    """PART-TXN-001/002: the partition keys of messages sent to a partitioned entity in a
+    transaction; each needs one, and they must all be the same (so one transaction cannot reach
+    several sessions there, PART-TXN-003; non-partitioned entities have no such rule, PART-TXN-004)."""
+    from .partitioning import partition_key
+
+    keys = set()
+    for message in messages:
+        key = partition_key(message, entity.description.requires_duplicate_detection)
+        if key is None:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                f"A message sent to partitioned entity '{entity.path}' within a transaction must have a partition key "
+                "(SessionId, PartitionKey, or MessageId with duplicate detection).",
+            )
+        keys.add(key)
+        entity.allowed_partitions(key)
+    return one_partition_key(keys)
+
+
+def one_partition_key(keys: set[str]) -> set[str]:
+    if len(keys) > 1:
+        raise ServiceBusError(
+            ErrorCode.INVALID_OPERATION,
+            "All messages sent to partitioned entities within one transaction must share one partition key "
+            f"(found {sorted(keys)}); one transaction cannot reach several sessions of a partitioned entity.",
+        )
+    return keys
