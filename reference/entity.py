@@ -25,6 +25,16 @@ MB = 1024 * KB
 #: Content type of the paired-namespace ping (PAIR-PING-001).
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
+#: Longest MessageId and SessionId, in characters (service-bus-quotas: "Maximum size of a
+#: message ID 128", "Maximum size of a message session ID 128"; the SDKs hold PartitionKey to the
+#: same 128): SETTLE-SEND-008.
+MAX_ID_LENGTH = 128
+
+#: Subscriptions per topic, entity path and subscription name lengths (service-bus-quotas): SETTLE-ENT-002.
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
+MAX_PATH_LENGTH = 260
+MAX_NAME_LENGTH = 50
+
 #: A message forwarded through more entities than this is dead-lettered instead.
 MAX_TRANSFER_HOPS = 4
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
@@ -50,6 +60,7 @@ class EntityDescription:
     auto_delete_on_idle: int = TIMESPAN_MAX
     enable_partitioning: bool = False
     forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
     #: Subscriptions: a rule that fails to evaluate dead-letters the message (RULES-DLQ-001).
     dead_lettering_on_filter_evaluation_exceptions: bool = True
 
@@ -64,8 +75,14 @@ class EntityDescription:
         return replace(self, **changes)
 
     def validate(self, kind: str) -> "EntityDescription":
-        """Reject descriptions Service Bus would refuse (SETTLE-ENT-001)."""
+        """Reject descriptions Service Bus would refuse (SETTLE-ENT-001..003)."""
         problems = []
+        own = KIND_FIELDS.get(kind)
+        if own is not None:  # SETTLE-ENT-003: a property of another kind of entity, set on this one
+            defaults = _DEFAULT_DESCRIPTION
+            foreign = [f for f in self.field_names() if f not in own and getattr(self, f) != getattr(defaults, f)]
+            if foreign:
+                problems.append(f"a {kind} has no {', '.join(foreign)}")
         if not 0 < self.lock_duration <= 5 * MINUTE:
             problems.append(f"lock_duration must be in (0, 5 minutes], got {self.lock_duration} ms")
         if self.max_delivery_count < 1:
@@ -81,9 +98,29 @@ class EntityDescription:
             )
         if self.max_size_in_megabytes <= 0:
             problems.append("max_size_in_megabytes must be positive")
+        if self.auto_delete_on_idle < 5 * MINUTE:  # SETTLE-ENT-002
+            problems.append(f"auto_delete_on_idle must be at least 5 minutes, got {self.auto_delete_on_idle} ms")
         if problems:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"invalid {kind} description: " + "; ".join(problems))
         return self
+
+
+#: The properties each kind of entity has (CreateQueueOptions, CreateTopicOptions,
+#: CreateSubscriptionOptions): SETTLE-ENT-003. The rest must keep their defaults.
+KIND_FIELDS = {
+    "queue": frozenset(EntityDescription.field_names()),
+    "topic": frozenset({
+        "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
+        "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
+        "enable_partitioning",
+    }),
+    "subscription": frozenset({
+        "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
+        "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
+        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions",
+    }),
+}
+_DEFAULT_DESCRIPTION = EntityDescription()
 
 
 def effective_time_to_live(message_ttl: int | None, *ceilings: int) -> int:
@@ -157,11 +194,22 @@ class Entity:
         """Everything that may reject a send, before anything is accepted (all or none)."""
         d = self.description
         if len(messages) == 1:
-            size = message_size(messages[0])
+            m = messages[0]
+            size = message_size(m)
             if size <= d.max_message_size and self.bytes + size <= self.max_bytes and (
-                messages[0].session_id is not None or not self.requires_session_on_send()
-            ):
+                m.session_id is not None or not self.requires_session_on_send()
+            ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
+                m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
+            ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
                 return [size]
+        for m in messages:  # SETTLE-SEND-008
+            for name, value in (("MessageId", m.message_id), ("SessionId", m.session_id), ("PartitionKey", m.partition_key)):
+                if value is not None and len(value) > MAX_ID_LENGTH:
+                    raise ServiceBusError(
+                        ErrorCode.ARGUMENT_ERROR,
+                        f"The {name} of {len(value)} characters is longer than the maximum of {MAX_ID_LENGTH}.",
+                        transient=False,
+                    )
         sizes = [message_size(m) for m in messages]
         total = sum(sizes)
         for size in sizes:

@@ -225,8 +225,18 @@ class Delivery:
     enqueued_time = property(lambda self: self._stored.enqueued_time)
     expires_at = property(lambda self: self._stored.expires_at)
     session_id = property(lambda self: self._stored.message.session_id)
-    dead_letter_reason = property(lambda self: self._stored.dead_letter_reason)
-    dead_letter_description = property(lambda self: self._stored.dead_letter_description)
+    # The broker's own record first; else what the message carries (a message forwarded out of a
+    # dead-letter subqueue keeps them as application properties: SETTLE-FWD-002).
+    dead_letter_reason = property(
+        lambda self: self._stored.dead_letter_reason
+        if self._stored.dead_letter_reason is not None
+        else self._stored.message.application_properties.get(DEAD_LETTER_REASON)
+    )
+    dead_letter_description = property(
+        lambda self: self._stored.dead_letter_description
+        if self._stored.dead_letter_description is not None
+        else self._stored.message.application_properties.get(DEAD_LETTER_ERROR_DESCRIPTION)
+    )
     dead_letter_source = property(lambda self: self._stored.dead_letter_source)
     partition = property(lambda self: self._stored.partition)
     message_id = property(lambda self: self._stored.message.message_id)

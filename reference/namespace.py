@@ -16,7 +16,7 @@ import itertools
 from typing import Any, Callable, Iterable, Sequence
 
 from .clock import Clock, VirtualClock
-from .entity import KB, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
+from .entity import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
 from .rules import Rule
@@ -32,6 +32,7 @@ from .partitioning import (
     partition_key,
 )
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
+from .tiers import TIERS, check_entity
 from .transactions import Transactions
 
 RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
@@ -99,7 +100,23 @@ class Namespace:
             if "max_message_size" not in properties:
                 d = d.with_changes(max_message_size=1024 * KB)  # PART-LIMIT-001
         elif d.enable_partitioning:
+            if self.sku == "premium":
+                raise ServiceBusError(
+                    ErrorCode.INVALID_OPERATION,
+                    f"'{path}': a Premium namespace is partitioned when it is created, or not at all; "
+                    "this one is not, so it cannot hold a partitioned entity (PART-CREATE-003).",
+                    transient=False,
+                )
             partitions = STANDARD_PARTITION_COUNT  # PART-STRUCT-002
+        if self.sku == "premium" and "max_message_size" not in properties and (
+            description is None or description.max_message_size == EntityDescription().max_message_size
+        ):
+            d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
+        check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
+        if len(path.strip("/")) > MAX_PATH_LENGTH:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
+        self._check_forward_to(path, d.forward_to)
+        self._check_forward_to(path, d.forward_dead_lettered_messages_to)
         if path.lower() not in self.entities:
             if len(self.entities) >= MAX_ENTITIES:
                 raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {MAX_ENTITIES} queues and topics.", transient=False)
@@ -116,7 +133,9 @@ class Namespace:
         else:
             entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
         entity.router = self._forward
-        return self._add(entity)
+        added = self._add(entity)
+        self._forward_dead_letters(entity.stores, d.forward_dead_lettered_messages_to)
+        return added
 
     def update(self, path: str, **changes: Any) -> EntityDescription:
         """Change an entity's description. What can only be chosen at creation (sessions,
@@ -128,6 +147,11 @@ class Namespace:
         owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
         current = owner.description
         new = current.with_changes(**changes).validate(owner.kind)
+        check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
+        if new.forward_to != current.forward_to:
+            self._check_forward_to(owner.path, new.forward_to)
+        if new.forward_dead_lettered_messages_to != current.forward_dead_lettered_messages_to:
+            self._check_forward_to(owner.path, new.forward_dead_lettered_messages_to)
         fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
         if fixed:
             raise ServiceBusError(
@@ -146,7 +170,16 @@ class Namespace:
         for s in stores:
             for part in getattr(s, "partitions", [s]):
                 part.set_description(new.lock_duration, new.max_delivery_count, new.dead_lettering_on_message_expiration)
+        if owner.kind != "topic":
+            self._forward_dead_letters(stores, new.forward_dead_lettered_messages_to)
         return new
+
+    def _forward_dead_letters(self, stores: Iterable[MessageStore], destination: str | None) -> None:
+        """SETTLE-FWD-002: a queue's or subscription's stores send what they dead-letter to ``destination``."""
+        for s in stores:
+            for part in getattr(s, "partitions", [s]):
+                part.forward_dead_letters_to = destination
+                part.router = self._forward if destination is not None else None
 
     def create_subscription(
         self, topic_path: str, name: str, description: EntityDescription | None = None, **properties: Any
@@ -155,8 +188,34 @@ class Namespace:
         if topic.kind != "topic":
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
         d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
+        check_entity(self.sku, "subscription", d)
+        if len(name) > MAX_NAME_LENGTH:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The subscription name of {len(name)} characters is longer than {MAX_NAME_LENGTH}.", transient=False)
+        if name.lower() not in topic.subscriptions and len(topic.subscriptions) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED, f"The topic '{topic.path}' already has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions.", transient=False
+            )  # SETTLE-ENT-002
+        self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_to)
+        self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_dead_lettered_messages_to)
         self._routes.clear()
-        return topic.add_subscription(name, d)
+        sub = topic.add_subscription(name, d)
+        self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)
+        return sub
+
+    def _check_forward_to(self, source: str, destination: str | None) -> None:
+        """SETTLE-FWD-001: auto-forwarding (set on create or update, PART-FWD-002) names a
+        queue or topic of this namespace that exists at that time, other than the source."""
+        if destination is None:
+            return
+        if destination.lower().strip("/") == source.lower().strip("/"):
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{source}' cannot forward to itself.", transient=False)
+        if destination.lower().strip("/") not in self.entities:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_NOT_FOUND,
+                f"The auto-forwarding destination '{self.name}/{destination}' of '{source}' could not be found; "
+                "it must exist when forwarding is set.",
+                transient=False,
+            )
 
     # ------------------------------------------------------------- rules
 

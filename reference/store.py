@@ -31,7 +31,10 @@ from typing import Callable, Iterable
 from .clock import NEVER
 from .errors import ErrorCode, ServiceBusError
 from .message import (
+    DEAD_LETTER_ERROR_DESCRIPTION,
+    DEAD_LETTER_REASON,
     MAX_DELIVERY_COUNT_EXCEEDED,
+    Message,
     TTL_EXPIRED,
     Delivery,
     State,
@@ -166,6 +169,10 @@ class MessageStore:
         self.on_remove = on_remove
         self.next_lock_token = next_lock_token or itertools.count(1).__next__
         self.observer: Observer | None = None
+        #: SETTLE-FWD-002: where dead-lettered messages go instead of the dead-letter subqueue,
+        #: and how (set by the namespace: its auto-forwarding router).
+        self.forward_dead_letters_to: str | None = None
+        self.router: Callable[[str, "Message", int], None] | None = None
         self.messages: dict[int, StoredMessage] = {}  # live copies by sequence number
         self.locks: dict[int, StoredMessage] = {}  # lock token -> locked message
         self.lane = Lane()
@@ -477,10 +484,23 @@ class MessageStore:
         mode: str,
         session_id: str | None = None,
     ) -> list[Delivery]:
-        """SETTLE-DEFR-002: receive deferred messages by sequence number, all or none."""
+        """SETTLE-DEFR-002: receive deferred messages by sequence number, all or none.
+
+        SETTLE-DEFR-005: a deferred message is not moved when its time to live passes
+        (SETTLE-DEFR-004), but once it is asked for after its expiry it expires then
+        (dead-lettered with TTLExpiredException when the entity dead-letters on
+        expiration, else dropped), and the request fails: it is not returned."""
         self.tick(now)
         session = self._held_session(now, holder, session_id) if self.requires_session else None
         wanted = list(sequence_numbers)
+        expired = [
+            msg for msg in (self.messages.get(seq) for seq in wanted)
+            if msg is not None and msg.state is State.DEFERRED and msg.expires_at <= now
+            and (session is None or msg.session_id == session.session_id)
+        ]
+        for msg in expired:
+            self.deferred_count -= 1
+            self._expire(msg, now)
         found = []
         for seq in wanted:
             msg = self.messages.get(seq)
@@ -670,6 +690,9 @@ class MessageStore:
         from_lane: bool = False,
     ) -> None:
         dlq = self.dead_letter_queue
+        if self.forward_dead_letters_to is not None and self.router is not None and self._forward_dead_letter(msg, now, reason, description):
+            self._remove(msg, State.DEAD_LETTERED, "dead-lettered")
+            return
         self._remove(msg, State.DEAD_LETTERED, "dead-lettered", keep_bytes=dlq is not None)
         if dlq is None:
             return
@@ -680,6 +703,20 @@ class MessageStore:
         copy.dead_letter_reason = reason
         copy.dead_letter_description = description
         dlq.enqueue(copy)
+
+    def _forward_dead_letter(self, msg: StoredMessage, now: int, reason: str | None, description: str | None) -> bool:
+        """SETTLE-FWD-002: send a message being dead-lettered to ForwardDeadLetteredMessagesTo, with
+        its dead-letter reason and description as application properties. A refusal keeps it here."""
+        props = dict(msg.message.application_properties)
+        if reason is not None:
+            props[DEAD_LETTER_REASON] = reason
+        if description is not None:
+            props[DEAD_LETTER_ERROR_DESCRIPTION] = description
+        try:
+            self.router(self.forward_dead_letters_to, msg.message.with_changes(application_properties=props), now)
+        except ServiceBusError:
+            return False
+        return True
 
     def _remove(self, msg: StoredMessage, final: State, event: str, keep_bytes: bool = False) -> None:
         del self.messages[msg.sequence_number]

@@ -29,7 +29,13 @@ def test_settlement_and_partitioning_through_the_sdk(tmp_path) -> None:
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     clauses = report["clauses"]
     settlement = {cid: c for cid, c in clauses.items() if c["area"] == "settlement"}
-    not_passing = {cid: (c["status"], c["reason"]) for cid, c in settlement.items() if c["status"] != "pass"}
+    # Every settlement clause passes, except those the catalog declares model-level (they need
+    # model-internals: a Basic or non-partitioned Premium namespace no target offers yet).
+    from spec import load_catalog
+
+    model_level = {cid for cid, c in load_catalog().clauses.items() if "model-internals" in c.needs}
+    not_passing = {cid: (c["status"], c["reason"]) for cid, c in settlement.items()
+                   if c["status"] != "pass" and not (cid in model_level and c["status"] == "skip")}
     assert not not_passing, f"settlement clauses not passing through the SDK: {not_passing}"
     # partitioning: every scenario the SDK can express passes; the rest say what the SDK lacks
     partitioning = {cid: c for cid, c in clauses.items() if c["area"] == "partitioning"}

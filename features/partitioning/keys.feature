@@ -70,3 +70,10 @@ Feature: Partition keys
     And receiver "A" sets the session state to "half-done"
     Then receiver "A" got "a1", "a2", "a3"
     And the session state seen by "A" is "half-done"
+
+  @PART-KEY-009 @needs:duplicate-detection
+  Scenario: A message without a MessageId is accepted by a duplicate-detecting partitioned queue, unkeyed
+    Given a partitioned queue "dq" with duplicate detection window 60 seconds
+    When messages "u1" to "u4" with no message id are sent to "dq"
+    Then the operation succeeds
+    And the messages of "dq" are spread over 4 partitions

@@ -40,3 +40,14 @@ Feature: Managing partitioned entities
     When message "forwarded" with partition key "k" is sent to "src"
     Then "direct" and "forwarded" are in the same partition of "dst"
     And peeking "src" shows nothing
+
+  @PART-FWD-002 @needs:auto-forward @needs:entity-management
+  Scenario: Auto-forwarding from a partitioned queue can be enabled by an update
+    Given a partitioned queue "dst"
+    And a partitioned queue "src"
+    And message "direct" with partition key "k" is sent to "dst"
+    When "src" is updated to forward to "dst"
+    And the operation succeeds
+    And message "forwarded" with partition key "k" is sent to "src"
+    Then "direct" and "forwarded" are in the same partition of "dst"
+    And peeking "src" shows nothing

@@ -1,12 +1,20 @@
 @needs:partitions
 Feature: What a partitioned entity is, and when it is chosen
 
+  # Model-level: reads the model's partition stores (each sequence number in exactly one of
+  # them, the one its top 16 bits name). It grades the model's bookkeeping, not a target.
   @PART-STRUCT-001 @PART-STRUCT-002 @needs:model-internals
   Scenario: A Standard partitioned queue has 16 partitions, and each message is in one of them
     Given a partitioned queue "pq"
     When messages "u1" to "u20" are sent to "pq"
     Then "pq" has 16 partitions
     And every message of "pq" is in exactly one partition
+
+  @PART-STRUCT-001
+  Scenario: Each message sent to a partitioned queue is held once, in one of its partitions
+    Given a partitioned queue "pq"
+    When messages "u1" to "u20" are sent to "pq"
+    Then every message "u1" to "u20" of "pq" is held once, in one of its 16 partitions
 
   @PART-STRUCT-003 @needs:premium-namespace
   Scenario: In a partitioned Premium namespace every entity is partitioned with the namespace's count

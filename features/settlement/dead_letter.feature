@@ -43,3 +43,14 @@ Feature: The dead-letter subqueue
     When receiver "D" on "q/$DeadLetterQueue" receives 1 message
     And receiver "D" dead-letters "m1" with reason "again" and description "again"
     Then the operation fails with "invalid-operation"
+
+  @SETTLE-FWD-002 @needs:entity-management @needs:auto-forward
+  Scenario: A queue forwarding its dead letters sends them, with their reason, to the other entity
+    Given a queue "sink" with lock duration 5 seconds
+    And a queue "src" forwarding its dead letters to "sink" with lock duration 5 seconds
+    And message "m1" is sent to "src"
+    When receiver "A" on "src" receives 1 message
+    And receiver "A" dead-letters "m1" with reason "Bad" and description "bad input"
+    Then peeking "src/$DeadLetterQueue" shows nothing
+    And receiver "B" on "sink" receives 1 message
+    And receiver "B" got "m1" with reason "Bad" and description "bad input"

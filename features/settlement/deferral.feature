@@ -55,3 +55,16 @@ Feature: Deferral
     And 30 seconds pass
     Then peeking "exp/$DeadLetterQueue" shows nothing
     And peeking "exp" shows "m1" in state "deferred"
+
+  @SETTLE-DEFR-005 @needs:time-to-live @needs:dead-letter
+  Scenario: A deferred message asked for after its expiry is dead-lettered, not returned
+    Given a queue "exp" with lock duration 5 seconds and dead-lettering on expiration
+    And message "m1" with time to live 10 seconds is sent to "exp"
+    When receiver "A" on "exp" receives 1 message
+    And receiver "A" defers "m1"
+    And 12 seconds pass
+    And receiver "B" on "exp" receives the deferred message "m1"
+    Then the operation fails with "message-not-found"
+    And the dead-letter queue of "exp" holds "m1" with reason "TTLExpiredException"
+    And receiver "B" receives the deferred message "m1"
+    And the operation fails with "message-not-found"

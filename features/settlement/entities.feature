@@ -38,3 +38,62 @@ Feature: Topics, sequence numbers and entity descriptions
       | property                  |
       | lock duration 301 seconds |
       | max delivery count 0      |
+
+  @SETTLE-TIER-001 @needs:entity-management
+  Scenario: A Standard queue cannot be given a max message size above 256 KB
+    When a queue "big" with max message size 102400 KB is created
+    Then the operation fails with "argument-error"
+
+  @SETTLE-TIER-001
+  Scenario: A 1 MB message, the Premium default, is refused on Standard
+    Given a queue "q"
+    When message "huge" with a body of 1000000 bytes is sent to "q"
+    Then the operation fails with "message-size-exceeded"
+    And peeking "q" shows nothing
+
+  @SETTLE-TIER-004 @needs:entity-management
+  Scenario: A Standard queue cannot be larger than 5 GB unless partitioned
+    When a queue "six" with max size 6144 MB is created
+    Then the operation fails with "argument-error"
+    And a queue "five" with max size 5120 MB is created
+    And the operation succeeds
+
+  @SETTLE-SEND-008
+  Scenario: A message id longer than 128 characters is refused
+    Given a queue "q"
+    When message "long" with a message id of 129 characters is sent to "q"
+    Then the operation fails with "argument-error", or with "invalid-operation" when the client refuses it first
+    And message "ok" with a message id of 128 characters is sent to "q"
+    And the operation succeeds
+
+  @SETTLE-FWD-001 @needs:entity-management @needs:auto-forward
+  Scenario: Auto-forwarding needs an existing destination, on creation and on update
+    Given a queue "dst"
+    When a queue "src" forwarding to the missing entity "nowhere" is created
+    Then the operation fails with "entity-not-found"
+    And a queue "late"
+    And "late" is updated to forward to the missing entity "nowhere"
+    And the operation fails with "entity-not-found"
+    And "late" is updated to forward to "dst"
+    And message "m1" is sent to "late"
+    And peeking "dst" shows "m1"
+    And peeking "late" shows nothing
+
+  @SETTLE-ENT-002 @needs:entity-management @needs:topics
+  Scenario: Entity paths and subscription names stay within their lengths
+    Given a topic "t" with subscriptions "s1"
+    When a queue with a name of 261 characters is created
+    Then the operation fails with "argument-error"
+    And a subscription with a name of 51 characters is created on "t"
+    And the operation fails with "argument-error"
+    And a subscription with a name of 50 characters is created on "t"
+    And the operation succeeds
+
+  @SETTLE-ENT-003 @needs:entity-management @needs:topics
+  Scenario: A topic has no lock duration or max delivery count; its subscriptions do
+    When a topic "t" with lock duration 5 seconds is created
+    Then the operation fails with "argument-error"
+    And a topic "t" with max delivery count 3 is created
+    And the operation fails with "argument-error"
+    And a topic "t" with default time to live 60 seconds is created
+    And the operation succeeds

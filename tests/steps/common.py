@@ -56,6 +56,43 @@ def try_create_queue(world: World, name: str, props: str) -> None:
         world.paths[name] = path
 
 
+@step(r'a queue "(?P<name>[^"]+)" forwarding to the missing entity "(?P<dest>[^"]+)" is created')
+def try_create_forwarding_to_missing(world: World, name: str, dest: str) -> None:
+    path = world.attempt(world.target.create_queue, name, forward_to=dest + "-never-created")
+    if path is not None:
+        world.paths[name] = path
+
+
+@step(r'"(?P<entity>[^"]+)" is updated to forward to (?:the missing entity )?"(?P<dest>[^"]+)"')
+def update_forwarding(world: World, entity: str, dest: str) -> None:
+    target = world.paths.get(dest, dest + "-never-created")
+    world.attempt(world.target.update_entity, world.path(entity), forward_to=target)
+
+
+@step(r'a queue with a name of (?P<n>\d+) characters is created')
+def try_create_long_queue(world: World, n: str) -> None:
+    world.attempt(world.target.create_queue, "q" * int(n))
+
+
+@step(r'a subscription with a name of (?P<n>\d+) characters is created on "(?P<topic>[^"]+)"')
+def try_create_long_subscription(world: World, n: str, topic: str) -> None:
+    world.attempt(world.target.create_subscription, world.path(topic), "s" * int(n))
+
+
+@step(r'a queue "(?P<name>[^"]+)" forwarding its dead letters to "(?P<dest>[^"]+)"(?: with (?P<props>.+))?')
+def create_dead_letter_forwarding_queue(world: World, name: str, dest: str, props: str | None) -> None:
+    world.paths[name] = world.target.create_queue(
+        name, forward_dead_lettered_messages_to=world.path(dest), **entity_properties(props or "")
+    )
+
+
+@step(r'a topic "(?P<name>[^"]+)" with (?P<props>(?!subscriptions ).+) is created')
+def try_create_topic(world: World, name: str, props: str) -> None:
+    path = world.attempt(world.target.create_topic, name, **entity_properties(props))
+    if path is not None:
+        world.paths[name] = path
+
+
 @step(r'a topic "(?P<name>[^"]+)" with subscriptions (?P<subs>.+)')
 def create_topic(world: World, name: str, subs: str) -> None:
     path = world.paths[name] = world.target.create_topic(name)
@@ -244,6 +281,14 @@ def operation_succeeds(world: World) -> None:
 def operation_fails(world: World, code: str) -> None:
     error = world.take_error()
     assert str(error.code) == code, f"expected {code!r}, got {error.code!s}: {error.text}"
+
+
+@step(r'the operation fails with "(?P<code>[^"]+)", or with "(?P<client>[^"]+)" when the client refuses it first')
+def failed_either(world: World, code: str, client: str) -> None:
+    """For limits a client library may enforce before asking the broker (the Python SDK
+    refuses a MessageId over 128 characters with ValueError): either refusal is conforming."""
+    error = world.take_error()
+    assert str(error.code) in (code, client), f"expected {code!r} (or {client!r}), got {error.code!s}: {error.text}"
 
 
 @step(r"the error (?P<tracking>has a tracking id and )?says a retry will not succeed")

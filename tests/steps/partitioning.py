@@ -172,6 +172,20 @@ def partition_count(world: World, entity: str, n: str) -> None:
     assert counts.get("partition_count") == int(n), f"{entity!r} has {counts.get('partition_count')} partitions"
 
 
+@step(r'every message "(?P<first>[^"]+)" to "(?P<last>[^"]+)" of "(?P<entity>[^"]+)" is held once, in one of its (?P<n>\d+) partitions')
+def held_once(world: World, first: str, last: str, entity: str, n: str) -> None:
+    """PART-STRUCT-001 as a client sees it: browsing the whole entity shows each message
+    exactly once, and its sequence number names one of the entity's partitions."""
+    seen: dict[str, list[int]] = {}
+    for m in world.peek_all(entity):
+        seen.setdefault(m.message_id, []).append(m.sequence_number)
+    wanted = id_range(first, last)
+    assert sorted(seen) == sorted(wanted), f"browsing {entity!r} shows {sorted(seen)}, expected {wanted}"
+    for mid, seqs in seen.items():
+        assert len(seqs) == 1, f"{mid} is held {len(seqs)} times (sequence numbers {seqs})"
+        assert 0 <= partition_of(seqs[0]) < int(n), f"{mid}'s sequence number {seqs[0]} names partition {partition_of(seqs[0])}"
+
+
 @step(r'every message of "(?P<entity>[^"]+)" is in exactly one partition')
 def one_partition_each(world: World, entity: str) -> None:
     store = world.target.namespace.receiving_store(world.path(entity))

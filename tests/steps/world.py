@@ -40,6 +40,7 @@ _ENTITY_PHRASES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str,
     (re.compile(r"sessions"), lambda m: {"requires_session": True}),
     (re.compile(r"default time to live (\d+) seconds?"), lambda m: {"default_message_time_to_live": seconds(m[1])}),
     (re.compile(r"max size (\d+) MB"), lambda m: {"max_size_in_megabytes": int(m[1])}),
+    (re.compile(r"max message size (\d+) (KB|MB)"), lambda m: {"max_message_size": int(m[1]) * (1024 if m[2] == "KB" else 1024 * 1024)}),
 ]
 
 _MESSAGE_PHRASES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str, Any]]]] = [
@@ -52,6 +53,8 @@ _MESSAGE_PHRASES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str
     (re.compile(r'partition key "([^"]+)"'), lambda m: {"partition_key": m[1]}),
     (re.compile(r"time to live (\d+) seconds?"), lambda m: {"time_to_live": seconds(m[1])}),
     (re.compile(r'content type "([^"]+)"'), lambda m: {"content_type": m[1]}),
+    (re.compile(r"no message id"), lambda m: {"message_id": None}),
+    (re.compile(r"a (message|session) id of (\d+) characters"), lambda m: {f"{m[1]}_id": m[1][0] * int(m[2])}),
 ]
 
 
@@ -202,7 +205,9 @@ class World:
         return self.sequence_numbers[message_id]
 
     def build(self, message_id: str, attributes: dict[str, Any]) -> Message:
-        return Message(**{"body": message_id.encode(), **attributes, "message_id": message_id})
+        """The scenario's name is the message id, unless the scenario gives one ("a message id of
+        129 characters"): such a message is only ever refused, never looked up by name."""
+        return Message(**{"body": message_id.encode(), "message_id": message_id, **attributes})
 
     def settle(self, receiver: str, op: str, message: Received, reason: str | None = None, description: str | None = None) -> None:
         handle = self.receiver(receiver)

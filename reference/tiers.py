@@ -1,0 +1,110 @@
+"""The messaging tiers (SKUs) of a namespace, and the rules each imposes on its entities.
+
+One table, ``TIERS``, read like the documentation's tier comparison and quotas pages;
+``check_entity`` applies it to a description before an entity is created or updated
+(transactions check ``Tier.transactions`` through the coordinator, ``transactions.py``: TXN-TIER-001). Sources (spec/fidelity.md, SETTLE-TIER-*):
+
+- Basic has queues only: "The basic tier of Service Bus doesn't support" topics, sessions,
+  duplicate detection, auto-forwarding or transactions (the enable-message-sessions,
+  duplicate-detection, enable-auto-forward and service-bus-transactions pages).
+- Message size: "256 KB for Standard tier, 100 MB for Premium tier" (service-bus-quotas);
+  on Premium the entity's MaxMessageSizeInKilobytes is "only used in Premium today and
+  default is 1024" (the queue model's reference), from 1 KB to 100 MB.
+- Queue or topic size: "1, 2, 3, 4 GB or 5 GB. In the Premium SKU, and the Standard SKU
+  with partitioning enabled, the maximum queue or topic size is 80 GB" (service-bus-quotas).
+
+sbconform extension, recorded as such in spec/fidelity.md: sizes *below* the documented
+minimum (max message size under 256 KB on Basic/Standard, entity size under 1 GB) are
+accepted, so that kits can test size and quota rules with small messages (capability
+``small-quota``). Everything above the documented maximum is refused, as Service Bus does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ErrorCode, ServiceBusError
+
+KB = 1024
+MB = 1024 * KB
+GB_IN_MB = 1024
+
+
+#: PART-LIMIT-001: in a partitioned Premium namespace a message (and a batch) is at most 1 MB (seed 003).
+PARTITIONED_PREMIUM_MESSAGE_SIZE = 1 * MB
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    topics: bool
+    sessions: bool
+    duplicate_detection: bool
+    auto_forward: bool
+    transactions: bool
+    #: Largest max message size an entity may have, and the default.
+    max_message_size: int
+    default_max_message_size: int
+    #: Smallest max message size that may be set (None: not settable above the default).
+    min_message_size: int | None
+    #: Largest entity size, in megabytes (non-partitioned, partitioned).
+    max_entity_megabytes: int
+    max_partitioned_entity_megabytes: int
+
+
+TIERS: dict[str, Tier] = {
+    "basic": Tier("basic", topics=False, sessions=False, duplicate_detection=False, auto_forward=False, transactions=False,
+                  max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
+                  max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
+    "standard": Tier("standard", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
+                     max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
+                     max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
+    "premium": Tier("premium", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
+                    max_message_size=100 * MB, default_max_message_size=1 * MB, min_message_size=1 * KB,
+                    max_entity_megabytes=80 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
+}
+
+
+def _refuse(feature: str, tier: Tier) -> ServiceBusError:
+    return ServiceBusError(
+        ErrorCode.INVALID_OPERATION,
+        f"The {tier.name} tier of Service Bus doesn't support {feature}.",
+        transient=False,
+    )
+
+
+def check_entity(sku: str, kind: str, description) -> None:
+    """Refuse what the namespace's tier does not allow (SETTLE-TIER-001..004)."""
+    tier = TIERS[sku]
+    if kind == "topic" and not tier.topics:
+        raise _refuse("topics", tier)
+    if description.requires_session and not tier.sessions:
+        raise _refuse("sessions", tier)
+    if description.requires_duplicate_detection and not tier.duplicate_detection:
+        raise _refuse("duplicate detection", tier)
+    if (description.forward_to is not None or description.forward_dead_lettered_messages_to is not None) and not tier.auto_forward:
+        raise _refuse("auto-forwarding", tier)
+    size = description.max_message_size
+    if tier.name == "premium" and description.enable_partitioning and size > PARTITIONED_PREMIUM_MESSAGE_SIZE:
+        raise ServiceBusError(  # PART-LIMIT-001
+            ErrorCode.ARGUMENT_ERROR,
+            f"max message size {size} bytes is not allowed in a partitioned Premium namespace (at most 1 MB).",
+            transient=False,
+        )
+    if size > tier.max_message_size or (tier.min_message_size is not None and size < tier.min_message_size):
+        low = f"{tier.min_message_size // KB} KB" if tier.min_message_size else "up to"
+        raise ServiceBusError(
+            ErrorCode.ARGUMENT_ERROR,
+            f"max message size {size} bytes is not allowed on the {tier.name} tier "
+            f"({low} {tier.max_message_size // KB} KB).",
+            transient=False,
+        )
+    if kind != "subscription":
+        ceiling = tier.max_partitioned_entity_megabytes if description.enable_partitioning else tier.max_entity_megabytes
+        if description.max_size_in_megabytes > ceiling:
+            raise ServiceBusError(
+                ErrorCode.ARGUMENT_ERROR,
+                f"max size {description.max_size_in_megabytes} MB is above the {tier.name} tier's {ceiling} MB "
+                f"for a {'partitioned ' if description.enable_partitioning else ''}{kind}.",
+                transient=False,
+            )
