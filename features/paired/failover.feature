@@ -22,7 +22,7 @@ Feature: The failover sender
     Given factory "F" paired with failover interval 10 seconds
     And factory "F" sends "m0" to "q"
     And the pairing runs for 30 seconds
-    And the primary "q" fails with <kind> "<code>"
+    And the primary "q" fails with "<code>"
     When factory "F" sends "m1" to "q"
     Then the operation fails with "<code>"
     When the pairing runs for 9 seconds
@@ -33,15 +33,16 @@ Feature: The failover sender
     Then "m3" went to a backlog queue
 
     Examples:
-      | kind          | code               |
-      | non-transient | entity-unavailable |
-      | non-transient | quota-exceeded     |
-      | transient     | timeout            |
+      | code               |
+      | entity-unavailable |
+      | quota-exceeded     |
+      | entity-not-found   |
+      | timeout            |
 
   @PAIR-FAIL-003 @needs:entity-outage
   Scenario Outline: Transient errors and client errors never fail the entity over
     Given factory "F" paired with failover interval 0 seconds and ping interval 5 seconds
-    And the primary "q" fails with <kind> "<code>"
+    And the primary "q" fails with "<code>"
     When factory "F" sends "m1" to "q"
     Then the operation fails with "<code>"
     When the pairing runs for 20 seconds
@@ -54,11 +55,12 @@ Feature: The failover sender
     Then "m3" went to the primary
 
     Examples:
-      | kind          | code               |
-      | transient     | server-busy        |
-      | transient     | entity-unavailable |
-      | transient     | connection-lost    |
-      | non-transient | unauthorized       |
+      | code              |
+      | server-busy       |
+      | connection-lost   |
+      | unauthorized      |
+      | argument-error    |
+      | invalid-operation |
 
   @PAIR-FAIL-004 @needs:entity-outage
   Scenario: Failover engages once the interval has passed with no successful send

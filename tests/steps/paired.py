@@ -222,9 +222,11 @@ def primary_unavailable(world: World, pairing: Pairing, entity: str) -> None:
     world.target.make_unavailable(world.path(entity), "entity-unavailable", False)
 
 
-@step(r'the primary "(?P<entity>[^"]+)" fails with (?P<kind>transient|non-transient) "(?P<code>[^"]+)"')
-def primary_fails_with(world: World, pairing: Pairing, entity: str, kind: str, code: str) -> None:
-    world.target.make_unavailable(world.path(entity), code, kind == "transient")
+@step(r'the primary "(?P<entity>[^"]+)" fails with "(?P<code>[^"]+)"')
+def primary_fails_with(world: World, pairing: Pairing, entity: str, code: str) -> None:
+    """Every operation on the entity fails with ``code``: on the wire, its AMQP condition. Whether
+    that starts the failover timer is the paired client's decision (reference/paired/transience.py)."""
+    world.target.make_unavailable(world.path(entity), code, None)
 
 
 @step(r'the primary "(?P<entity>[^"]+)" recovers')
