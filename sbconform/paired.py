@@ -20,9 +20,10 @@ client sent (PAIR-PING-001).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
 from reference.paired import (
@@ -102,14 +103,17 @@ class MeteredTarget:
     def sender(self, path: str) -> Handle:
         handle = Handle("sender", path)
         try:
-            handle.private = self._target.sender(path)
+            with sdk_retries_off(self._target):
+                handle.private = without_sdk_retries(self._target.sender(path))
         except ServiceBusError:
             handle.private = None  # attached at the first send
         return handle
 
     def _attached(self, sender: Handle) -> Handle:
         if sender.private is None:
-            sender.private = self._target.sender(sender.path)
+            with sdk_retries_off(self._target):
+                sender.private = self._target.sender(sender.path)
+            without_sdk_retries(sender)
         return sender.private
 
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
@@ -158,6 +162,45 @@ class MeteredTarget:
 
     def share_clock(self, other: Any) -> None:
         self._target.share_clock(unwrap(other))
+
+
+def without_sdk_retries(handle: Any) -> Any:
+    """The paired client decides itself what a failed send means (reference/paired/transience.py)
+    and never retries a send: an SDK sender under ``handle`` (azure-servicebus: ``_config.retry_total``)
+    is told not to retry either. Otherwise the Python SDK, which calls entity-disabled retryable,
+    would retry it with back-off before the failover sender sees the failure, and the failover
+    timer would start late. Anything else is left as it is."""
+    inner, seen = handle, 0
+    while inner is not None and seen < 8:
+        config = getattr(inner, "_config", None)
+        if config is not None and hasattr(config, "retry_total"):
+            config.retry_total = 0
+            break
+        inner, seen = getattr(inner, "private", None), seen + 1
+    return handle
+
+
+@contextlib.contextmanager
+def sdk_retries_off(target: Any) -> Iterator[None]:
+    """While a sender is made (its link attached), the SDK client under ``target`` does not
+    retry either: attaching to an unavailable entity fails once, at once."""
+    inner, config = target, None
+    for _ in range(8):
+        client_config = getattr(getattr(inner, "client", None), "_config", None)
+        if client_config is not None and hasattr(client_config, "retry_total"):
+            config = client_config
+            break
+        inner = getattr(inner, "_target", None) or getattr(inner, "target", None)
+        if inner is None:
+            break
+    if config is None:
+        yield
+        return
+    saved, config.retry_total = config.retry_total, 0
+    try:
+        yield
+    finally:
+        config.retry_total = saved
 
 
 def unwrap(target: Any) -> Target:
@@ -257,7 +300,7 @@ class PairedFactory:
         secondary = self.targets[SECONDARY]
         existing = [path for path in self.backlog_paths if self._exists(secondary, path)]
         for create in plan_backlog_queues(self.backlog_paths, existing):
-            secondary.create_queue(create.path, **create.properties)
+            secondary.create_queue_at(create.path, **create.properties)  # fixed paths, no suffix
         if self.options.enable_syphon:
             self.syphon = Syphon(self.options.backlog_queue_count, self.now())
         self.paired = True
@@ -310,7 +353,8 @@ class PairedFactory:
     def _sender(self, role: str, path: str) -> Handle:
         key = (role, path.lower())
         if key not in self._senders:
-            self._senders[key] = self.targets[role].sender(path)
+            with sdk_retries_off(self.targets[role]):
+                self._senders[key] = without_sdk_retries(self.targets[role].sender(path))
         return self._senders[key]
 
     # --------------------------------------------------------------- time

@@ -42,6 +42,14 @@ DURATION = r"(?P<n>\d+) (?P<unit>milliseconds?|seconds?|minutes?|hours?|days?)"
 PICK_SEED = 20170525
 
 
+def unwrap_recording(target: Any) -> Any:
+    from sbconform.trace.recorder import RecordingTarget
+
+    while isinstance(target, RecordingTarget):
+        target = target.target
+    return target
+
+
 def duration(n: str, unit: str) -> int:
     return int(n) * UNITS[unit.rstrip("s")]
 
@@ -109,7 +117,13 @@ class Pairing:
 
 @pytest.fixture
 def pairing(world: World, sb_session) -> Any:
-    p = Pairing(world, sb_session.new())
+    """The secondary is another namespace of the target's kind (``Target.paired_namespace``:
+    another model namespace, or a second ``sbconform serve`` behind the SDK), recorded in the
+    test's trace like the primary."""
+    secondary = unwrap_recording(world.target).paired_namespace()
+    if sb_session.trace is not None:
+        secondary = sb_session.trace.wrap(secondary)
+    p = Pairing(world, secondary)
     yield p
     p.close()
 
@@ -249,7 +263,7 @@ def backlog_recovers(pairing: Pairing, i: str) -> None:
 
 @step(r"the secondary namespace has a queue at backlog path (?P<i>\d+)(?: with (?P<props>.+))?")
 def existing_backlog_queue(pairing: Pairing, i: str, props: str | None) -> None:
-    pairing.secondary.create_queue(pairing.backlog_path(i), **(entity_properties(props) if props else {}))
+    pairing.secondary.create_queue_at(pairing.backlog_path(i), **(entity_properties(props) if props else {}))
 
 
 @step(r'message "(?P<mid>[^"]+)" for "(?P<entity>[^"]+)" is waiting at backlog path (?P<i>\d+)')
