@@ -45,6 +45,9 @@ from .targets import PEEK_LOCK, Handle, Received, Target
 
 #: Messages the syphon takes from a backlog queue in one receive.
 SYPHON_BATCH = 32
+#: On real-time targets, how often (ms) the syphon looks at its backlog queues between the
+#: machines' own instants (see PairedFactory).
+SYPHON_POLL = 1000
 
 
 # ----------------------------------------------------------------- metering
@@ -61,6 +64,7 @@ class Operation:
     messages: tuple[Message | Received, ...]
     ok: bool
     who: str = ""  # who issued it (a factory's name, "application"...), if the meter was told
+    started: int | None = None  # when the call began (``time`` is when its outcome was known)
 
     @property
     def message_ids(self) -> list[str | None]:
@@ -96,8 +100,8 @@ class MeteredTarget:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
 
-    def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool) -> None:
-        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who))
+    def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool, started: int | None = None) -> None:
+        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who, started))
 
     # ---------------------------------------------------------- senders
     def sender(self, path: str) -> Handle:
@@ -136,12 +140,13 @@ class MeteredTarget:
         self._target.cancel_scheduled(self._attached(sender), sequence_numbers)
 
     def _metered_send(self, sender: Handle, messages: Sequence[Message], operation: Callable[[Handle], Any]) -> None:
+        started = self._target.now()
         try:
             operation(self._attached(sender))
         except ServiceBusError:
-            self._record("send", sender.path, messages, False)
+            self._record("send", sender.path, messages, False, started)
             raise
-        self._record("send", sender.path, messages, True)
+        self._record("send", sender.path, messages, True, started)
 
     def close_handle(self, handle: Handle) -> None:
         if handle.kind == "sender":
@@ -269,9 +274,16 @@ class PairedFactory:
         options: PairedNamespaceOptions | None = None,
         choose: Choose | None = None,
         syphon_batch: int = SYPHON_BATCH,
+        syphon_poll: int | None = None,
     ) -> None:
         self.options = options if options is not None else PairedNamespaceOptions()
         self.syphon_batch = syphon_batch
+        # A long poll is observed with receives that do not wait: on a virtual clock at the
+        # instants the machines name; in real time also every ``syphon_poll`` ms, so that a
+        # message arriving in a backlog queue (or a lock expiring early) is seen about when a
+        # held 15-minute receive would have returned it.
+        real_time = "virtual-time" not in getattr(primary, "capabilities", ())
+        self.syphon_poll = syphon_poll if syphon_poll is not None else (SYPHON_POLL if real_time else None)
         secondary.share_clock(primary)
         self.targets = {PRIMARY: primary, SECONDARY: secondary}
         self.choose = choose
@@ -283,6 +295,8 @@ class PairedFactory:
         self.sends: list[SendRecord] = []
         self._senders: dict[tuple[str, str], Handle] = {}
         self._receivers: dict[int, Handle] = {}
+        self._retired: list[tuple[str, Handle]] = []  # handles of an ended factory, closed by dispose()
+        self.failovers: list[tuple[int, str]] = []  # (when, entity): each failover, as the machine timed it
         self.paired = False
 
     @property
@@ -340,6 +354,7 @@ class PairedFactory:
                 self._send(decision)
             except ServiceBusError as error:
                 decision = failover.failed(client.id, entity, message, decision, error, self.now(), self.choose)
+                self._log_failovers()
             else:
                 failover.succeeded(entity, decision, self.now())
                 self.sends.append(SendRecord(self.now(), client.id, entity, message, decision.namespace, decision.path))
@@ -365,6 +380,8 @@ class PairedFactory:
             times.append(self.failover.next_due())
         if self._syphon_running():
             times.append(self.syphon.next_due())
+            if self.syphon_poll:
+                times.append(self.now() + self.syphon_poll)
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
@@ -376,10 +393,19 @@ class PairedFactory:
         for fault in self.pair.tick(now):  # PAIR-CLOSE-002
             self._closed(fault.which)
         if self.pair.is_open(PRIMARY):
-            for ping in self.failover.tick(now):
+            pings = self.failover.tick(now)
+            self._log_failovers()
+            for ping in pings:
                 self._ping(ping)
         if self._syphon_running():
             self._run_syphon()
+
+    def _log_failovers(self) -> None:
+        logged = {(t, e.lower()) for t, e in self.failovers}
+        for health in self.failover.entities.values():
+            at = health.failed_over_at
+            if at is not None and (at, health.path.lower()) not in logged:
+                self.failovers.append((at, health.path))
 
     def _ping(self, ping: Send) -> None:
         try:
@@ -449,12 +475,25 @@ class PairedFactory:
         return self.pair.state[which]
 
     def _closed(self, role: str) -> None:
-        target = self.targets[role]
+        """The factory ``role`` ended: its senders (and the syphon's receivers) are no longer
+        used. Closing links takes real time on a real broker (about half a second each through the
+        SDK), which must not eat into the 5 seconds of PAIR-CLOSE-002: they are closed by
+        ``dispose``."""
         for key in [k for k in self._senders if k[0] == role]:
-            _quietly(target.close_handle, self._senders.pop(key))
+            self._retired.append((role, self._senders.pop(key)))
         if role == SECONDARY:
             for index in list(self._receivers):
-                _quietly(target.close_handle, self._receivers.pop(index))
+                self._retired.append((role, self._receivers.pop(index)))
+
+    def dispose(self) -> None:
+        """Close every link the factory opened (ended factories' included)."""
+        for role in (PRIMARY, SECONDARY):
+            if self.pair.is_open(role):
+                self.pair.closed(role, self.now())
+                self._closed(role)
+        while self._retired:
+            role, handle = self._retired.pop()
+            _quietly(self.targets[role].close_handle, handle)
 
 
 def _quietly(operation: Callable[..., Any], *args: Any) -> None:

@@ -43,11 +43,14 @@ Feature: Messages rewritten to sit in a backlog queue
   @PAIR-SIZE-001
   Scenario: A message that fits the primary but not the backlog fails with a size error, and nothing is lost
     Given a queue "direct"
+    And a queue "an-entity-with-a-long-name-so-that-its-x-ms-path-adds-bytes"
     And factory "F" sends "fits" with a body that fills the 256 KB limit to "direct"
     And "fits" went to the primary
-    When factory "F" sends "big" with a body that fills the 256 KB limit to "q"
+    And the primary "an-entity-with-a-long-name-so-that-its-x-ms-path-adds-bytes" becomes unavailable
+    When factory "F" sends "big" with a body that fills the 256 KB limit to "an-entity-with-a-long-name-so-that-its-x-ms-path-adds-bytes"
     Then the operation fails with "message-size-exceeded"
     And the backlog queues hold nothing
     When factory "F" sends "small" to "q"
     Then "small" went to backlog queue 0
+    And the backlog queues hold "small"
     And factory "F" has backlog queues 0 in rotation

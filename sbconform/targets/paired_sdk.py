@@ -72,3 +72,16 @@ def namespace_name(target: "SdkTarget") -> str:
     endpoint = parse_connection_string(target.connection_string or "").get("endpoint", "")
     host = endpoint.split("://", 1)[-1].strip("/").split(":", 1)[0]
     return host.split(".", 1)[0] or target.name
+
+
+def share_clock(target: "SdkTarget", other: Any) -> None:
+    """Both targets measure time from the same instant, so that times one reports (a lock's
+    expiry in a backlog queue) mean the same instant to a client timing on the other."""
+    inner = other
+    for _ in range(8):  # through recording and metering wrappers
+        if hasattr(inner, "t0_epoch_ms") and hasattr(inner, "t0"):
+            target.t0, target.t0_epoch_ms = inner.t0, inner.t0_epoch_ms
+            return
+        inner = getattr(inner, "_target", None) or getattr(inner, "target", None)
+        if inner is None:
+            return

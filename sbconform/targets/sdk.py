@@ -503,6 +503,11 @@ class SdkTarget(Target):
 
         return namespace_name(self)
 
+    def share_clock(self, other: Any) -> None:
+        from .paired_sdk import share_clock
+
+        share_clock(self, other)
+
     def _control(self) -> Any:
         if self.control is None:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, "this endpoint cannot be managed at run time (no $sbconform control node)")
