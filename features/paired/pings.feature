@@ -74,18 +74,18 @@ Feature: Pings
   Scenario: Every failed-over entity of every factory is pinged, and only those
     Given a queue "r"
     And a queue "healthy"
-    And factory "F" paired with 1 backlog queue, failover interval 0 seconds and ping interval 4 seconds
-    And factory "G" paired with 1 backlog queue, failover interval 0 seconds and ping interval 6 seconds
+    And factory "F" paired with 1 backlog queue, failover interval 0 seconds and ping interval 8 seconds
+    And factory "G" paired with 1 backlog queue, failover interval 0 seconds and ping interval 12 seconds
     And the primary "q" becomes unavailable
     And the primary "r" becomes unavailable
     And factory "F" sends "m1" to "q"
     And factory "F" sends "m2" to "r"
     And factory "G" sends "m3" to "q"
     And factory "G" sends "m4" to "healthy"
-    When the pairing runs for 13 seconds
-    Then factory "F" pinged "q" every 4 seconds since its failover
-    And factory "F" pinged "r" every 4 seconds since its failover
-    And factory "G" pinged "q" every 6 seconds since its failover
+    When the pairing runs for 17 seconds
+    Then factory "F" pinged "q" every 8 seconds since its failover
+    And factory "F" pinged "r" every 8 seconds since its failover
+    And factory "G" pinged "q" every 12 seconds since its failover
     And factory "G" never pinged "r"
     And factory "G" never pinged "healthy"
 

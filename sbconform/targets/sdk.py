@@ -290,6 +290,8 @@ _CONDITION_CODES = {
     "com.microsoft:entity-disabled": ErrorCode.ENTITY_UNAVAILABLE,
     "amqp:unauthorized-access": ErrorCode.UNAUTHORIZED,
     "com.microsoft:auth-failed": ErrorCode.UNAUTHORIZED,
+    "amqp:connection:forced": ErrorCode.CONNECTION_LOST,
+    "amqp:link:detach-forced": ErrorCode.CONNECTION_LOST,
 }
 
 
