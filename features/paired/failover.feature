@@ -17,6 +17,18 @@ Feature: The failover sender
     And the backlog queues hold nothing
     And factory "F" never pinged "q"
 
+  @PAIR-FAIL-001
+  Scenario: While the primary is healthy nothing changes, whatever time passes
+    Given factory "F" paired with 1 backlog queue, failover interval 0 seconds and ping interval 2 seconds
+    When factory "F" sends "m1", "m2" to "q"
+    And the pairing runs for 5 seconds
+    And factory "F" sends "m3" to "q"
+    Then "m1", "m2", "m3" went to the primary
+    And peeking "q" shows "m1", "m2", "m3"
+    And the message "m1" in "q" has no property starting with "x-ms-"
+    And the backlog queues hold nothing
+    And factory "F" never pinged "q"
+
   @PAIR-FAIL-002 @needs:entity-outage
   Scenario Outline: A non-transient failure or a timeout starts the failover timer
     Given factory "F" paired with 1 backlog queue and failover interval 10 seconds

@@ -25,6 +25,25 @@ Feature: Pairing a messaging factory with a secondary namespace
     And the pairing runs for 5 seconds
     Then the secondary factory of "F" is faulted
 
+  @PAIR-API-001 @needs:entity-outage
+  Scenario: Pairing engages the five automatic behaviours, in seconds
+    Given the secondary namespace has a queue at backlog path 0 with lock duration 5 seconds
+    And factory "F" paired with 2 backlog queues, failover interval 0 seconds, ping interval 3 seconds and running the syphon
+    Then the secondary namespace has backlog queues 0, 1
+    When the primary "q" becomes unavailable
+    And factory "F" sends "m1" to "q"
+    Then "m1" went to backlog queue 0
+    When the pairing runs for 3 seconds
+    Then factory "F" pinged "q" 1 time
+    When the primary "q" recovers
+    And the pairing runs for 8 seconds
+    Then factory "F" pinged "q" 2 times
+    And peeking "q" shows "m1"
+    And the backlog queues hold nothing
+    When the primary factory of "F" closes
+    And the pairing runs for 5 seconds
+    Then the secondary factory of "F" is faulted
+
   @PAIR-OPT-001
   Scenario: Ten backlog queues by default
     Given factory "F" paired

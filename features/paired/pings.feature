@@ -106,6 +106,19 @@ Feature: Pings
     And peeking "q" shows "m3", "m4"
     And the backlog queues hold "m1", "m2"
 
+  @PAIR-PING-005 @needs:entity-outage
+  Scenario: Pings stop once the entity is available again, in seconds
+    Given a queue "r"
+    And factory "F" paired with 1 backlog queue, failover interval 0 seconds and ping interval 3 seconds
+    And the primary "q" becomes unavailable
+    And factory "F" sends "m1" to "q"
+    And factory "F" sends "m2" to "r"
+    And the pairing runs for 7 seconds
+    And the primary "q" recovers
+    When the pairing runs for 12 seconds
+    Then factory "F" pinged "q" at 3, 6, 9 seconds after its failover
+    And factory "F" never pinged "r"
+
   @PAIR-PING-005 @needs:entity-outage @needs:virtual-time
   Scenario: Pings stop once the entity is available again
     Given a queue "r"

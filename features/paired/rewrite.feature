@@ -23,6 +23,14 @@ Feature: Messages rewritten to sit in a backlog queue
     When 600 seconds pass
     Then the backlog queues hold "m1"
 
+  @PAIR-RENAME-002 @needs:time-to-live
+  Scenario: The time to live moves to x-ms-timetolive, and the backlog copy outlives it
+    When factory "F" sends "m1" with time to live 2 seconds to "q"
+    Then the backlog copy of "m1" has no time to live and property "x-ms-timetolive" = 2 seconds
+    And the backlog copy of "m1" never expires
+    When 4 seconds pass
+    Then the backlog queues hold "m1"
+
   @PAIR-RENAME-003 @needs:scheduling
   Scenario: The scheduled enqueue time moves to x-ms-scheduledenqueuetimeutc
     When factory "F" sends "m1" with scheduled enqueue time in 120 seconds to "q"

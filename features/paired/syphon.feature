@@ -16,6 +16,16 @@ Feature: The syphon
     Then the backlog queues hold "m1"
     And peeking "q" shows nothing
 
+  @PAIR-SYPH-001 @needs:time-to-live
+  Scenario: Without a syphon, failed-over messages stay in the backlog queues past their time to live
+    Given factory "F" paired with 1 backlog queue and failover interval 0 seconds
+    And the primary "q" becomes unavailable
+    And factory "F" sends "m1" with time to live 2 seconds to "q"
+    And the primary "q" recovers
+    When the pairing runs for 5 seconds
+    Then the backlog queues hold "m1"
+    And peeking "q" shows nothing
+
   @PAIR-SYPH-002 @needs:topics @needs:virtual-time
   Scenario: The syphon delivers each message to its own destination once that is available
     Given a topic "t" with subscriptions "s"
