@@ -15,6 +15,9 @@ Options (``--sb-option KEY=VALUE`` / ``sbconform certify --option``):
   ``sbconform.server.config_json``): scenarios that create entities are then skipped with
   that reason. ``auto`` picks ``admin`` for a connection string without
   ``UseDevelopmentEmulator=true`` (Azure), else ``amqp`` where the endpoint has the node.
+- ``secondary=<connection string>``: the secondary namespace of paired-namespace scenarios
+  (with ``serve=true`` the target starts a second ``sbconform serve`` for it); see
+  ``paired_sdk``.
 
 Time passes in real time: ``wait`` sleeps, ``now`` is wall-clock milliseconds since the
 target opened, so scenarios use short lock durations (5 s). ``clock_tolerance`` tells the

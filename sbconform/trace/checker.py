@@ -541,6 +541,13 @@ _HANDLERS = {
     "drop-connection": PieceModel._drop,
     "wait": PieceModel._nothing,
     "peek": PieceModel._nothing,  # peeks change nothing; their results are not compared yet
+    # an outage keeps what the entity holds (Target.make_unavailable) and operations during it
+    # fail (nothing happened); attaching a link, reading counts or a description change nothing
+    "entity-down": PieceModel._nothing,
+    "entity-up": PieceModel._nothing,
+    "attach": PieceModel._nothing,
+    "entity-counts": PieceModel._nothing,
+    "describe-entity": PieceModel._nothing,
 }
 
 
@@ -657,6 +664,10 @@ class PieceChecker:
         op = self.current
         if op is None:
             op = self.pending.pop(row[OP_ID], None)
+            if op is None and row[OP] == "create-entity" and phase == "ok":
+                # a target that names what it creates (a unique suffix) records the invoke under
+                # the name asked for and the ok under the path it made: the ok is the creation here
+                op = _Op(row)
             if op is None:
                 raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {row[OP_ID]} that is not pending "
                                   "(no invoke, or its completion events are not consecutive)")
