@@ -405,15 +405,15 @@ class SdkTarget(Target):
         self._opened = False
         self._low_level: LowLevelClient | None = None
         self.secondary_connection_string = secondary  # a pairing's secondary namespace (paired_sdk)
-        if (serve or secondary) and control != "none":
-            self.capabilities = self.capabilities | {"paired-namespaces"}
-            self.lacking = {k: v for k, v in self.lacking.items() if k != "paired-namespaces"}
         if control == "none":
             self.capabilities = CAPABILITIES - {"entity-management", "partition-outage", "entity-outage", "premium-namespace", "small-quota"}
             self.lacking = {**LACKING, **{c: "entities come from the emulator's config file (control=none)" for c in CAPABILITIES - self.capabilities}}
         elif control == "admin":
             self.capabilities = CAPABILITIES - set(AZURE_LACKING)
             self.lacking = {**LACKING, **AZURE_LACKING}
+        if (serve or secondary) and control != "none":
+            self.capabilities = self.capabilities | {"paired-namespaces"}
+            self.lacking = {k: v for k, v in self.lacking.items() if k != "paired-namespaces"}
 
     def describe(self) -> dict[str, Any]:
         import azure.servicebus
