@@ -20,9 +20,14 @@ client sent (PAIR-PING-001).
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import itertools
+import random
+import threading
+import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from reference import ErrorCode, Message, ServiceBusError
 from reference.paired import (
@@ -45,6 +50,9 @@ from .targets.base import unwrap as _unwrap
 
 #: Messages the syphon takes from a backlog queue in one receive.
 SYPHON_BATCH = 32
+#: On real-time targets, how often (ms) the syphon looks at its backlog queues between the
+#: machines' own instants (see PairedFactory).
+SYPHON_POLL = 1000
 
 
 # ----------------------------------------------------------------- metering
@@ -61,6 +69,7 @@ class Operation:
     messages: tuple[Message | Received, ...]
     ok: bool
     who: str = ""  # who issued it (a factory's name, "application"...), if the meter was told
+    started: int | None = None  # when the call began (``time`` is when its outcome was known)
 
     @property
     def message_ids(self) -> list[str | None]:
@@ -94,21 +103,24 @@ class MeteredTarget(TargetWrapper):
         self.meter = meter
         self.who = who
 
-    def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool) -> None:
-        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who))
+    def _record(self, kind: str, path: str, messages: Sequence[Any], ok: bool, started: int | None = None) -> None:
+        self.meter.operations.append(Operation(self._target.now(), self.role, kind, path, tuple(messages), ok, self.who, started))
 
     # ---------------------------------------------------------- senders
     def sender(self, path: str) -> Handle:
         handle = Handle("sender", path)
         try:
-            handle.private = self._target.sender(path)
+            with sdk_retries_off(self._target):
+                handle.private = without_sdk_retries(self._target.sender(path))
         except ServiceBusError:
             handle.private = None  # attached at the first send
         return handle
 
     def _attached(self, sender: Handle) -> Handle:
         if sender.private is None:
-            sender.private = self._target.sender(sender.path)
+            with sdk_retries_off(self._target):
+                sender.private = self._target.sender(sender.path)
+            without_sdk_retries(sender)
         return sender.private
 
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
@@ -131,12 +143,13 @@ class MeteredTarget(TargetWrapper):
         self._target.cancel_scheduled(self._attached(sender), sequence_numbers)
 
     def _metered_send(self, sender: Handle, messages: Sequence[Message], operation: Callable[[Handle], Any]) -> None:
+        started = self._target.now()
         try:
             operation(self._attached(sender))
         except ServiceBusError:
-            self._record("send", sender.path, messages, False)
+            self._record("send", sender.path, messages, False, started)
             raise
-        self._record("send", sender.path, messages, True)
+        self._record("send", sender.path, messages, True, started)
 
     def close_handle(self, handle: Handle) -> None:
         if handle.kind == "sender":
@@ -154,6 +167,45 @@ class MeteredTarget(TargetWrapper):
             raise
         self._record("receive", receiver.path, found, True)
         return found
+
+
+def without_sdk_retries(handle: Any) -> Any:
+    """The paired client decides itself what a failed send means (reference/paired/transience.py)
+    and never retries a send: an SDK sender under ``handle`` (azure-servicebus: ``_config.retry_total``)
+    is told not to retry either. Otherwise the Python SDK, which calls entity-disabled retryable,
+    would retry it with back-off before the failover sender sees the failure, and the failover
+    timer would start late. Anything else is left as it is."""
+    inner, seen = handle, 0
+    while inner is not None and seen < 8:
+        config = getattr(inner, "_config", None)
+        if config is not None and hasattr(config, "retry_total"):
+            config.retry_total = 0
+            break
+        inner, seen = getattr(inner, "private", None), seen + 1
+    return handle
+
+
+@contextlib.contextmanager
+def sdk_retries_off(target: Any) -> Iterator[None]:
+    """While a sender is made (its link attached), the SDK client under ``target`` does not
+    retry either: attaching to an unavailable entity fails once, at once."""
+    inner, config = target, None
+    for _ in range(8):
+        client_config = getattr(getattr(inner, "client", None), "_config", None)
+        if client_config is not None and hasattr(client_config, "retry_total"):
+            config = client_config
+            break
+        inner = getattr(inner, "_target", None) or getattr(inner, "target", None)
+        if inner is None:
+            break
+    if config is None:
+        yield
+        return
+    saved, config.retry_total = config.retry_total, 0
+    try:
+        yield
+    finally:
+        config.retry_total = saved
 
 
 def unwrap(target: Any) -> Target:
@@ -221,9 +273,16 @@ class PairedFactory:
         options: PairedNamespaceOptions | None = None,
         choose: Choose | None = None,
         syphon_batch: int = SYPHON_BATCH,
+        syphon_poll: int | None = None,
     ) -> None:
         self.options = options if options is not None else PairedNamespaceOptions()
         self.syphon_batch = syphon_batch
+        # A long poll is observed with receives that do not wait: on a virtual clock at the
+        # instants the machines name; in real time also every ``syphon_poll`` ms, so that a
+        # message arriving in a backlog queue (or a lock expiring early) is seen about when a
+        # held 15-minute receive would have returned it.
+        real_time = "virtual-time" not in getattr(primary, "capabilities", ())
+        self.syphon_poll = syphon_poll if syphon_poll is not None else (SYPHON_POLL if real_time else None)
         secondary.share_clock(primary)
         self.targets = {PRIMARY: primary, SECONDARY: secondary}
         self.choose = choose
@@ -235,6 +294,8 @@ class PairedFactory:
         self.sends: list[SendRecord] = []
         self._senders: dict[tuple[str, str], Handle] = {}
         self._receivers: dict[int, Handle] = {}
+        self._retired: list[tuple[str, Handle]] = []  # handles of an ended factory, closed by dispose()
+        self.failovers: list[tuple[int, str]] = []  # (when, entity): each failover, as the machine timed it
         self.paired = False
 
     @property
@@ -252,12 +313,32 @@ class PairedFactory:
         secondary = self.targets[SECONDARY]
         existing = [path for path in self.backlog_paths if self._exists(secondary, path)]
         for create in plan_backlog_queues(self.backlog_paths, existing):
-            secondary.create_queue(create.path, **create.properties)
+            secondary.create_queue_at(create.path, **create.properties)  # fixed paths, no suffix
         if self.options.enable_syphon:
             self.syphon = Syphon(self.options.backlog_queue_count, self.now())
         self.paired = True
         self.work()
         return self
+
+    def start_syphon(self) -> None:
+        """Run the syphon in this process from now on (EnableSyphon, PAIR-OPT-003)."""
+        if self.syphon is None:
+            self.syphon = Syphon(self.options.backlog_queue_count, self.now())
+        self.pair.hosts_syphon = True
+        self.work()
+
+    def stop_syphon(self) -> None:
+        """Stop the syphon: nothing more is received from the backlog queues here."""
+        self.syphon = None
+        self.pair.hosts_syphon = False
+        self.pair.deadline = None
+        for index in list(self._receivers):
+            self._retired.append((SECONDARY, self._receivers.pop(index)))
+
+    def backlog_counts(self) -> dict[str, int]:
+        """Messages waiting in each backlog queue (active ones), as the secondary reports them."""
+        secondary = self.targets[SECONDARY]
+        return {path: int(secondary.entity_counts(path).get("active", 0)) for path in self.backlog_paths}
 
     @staticmethod
     def _exists(target: Target, path: str) -> bool:
@@ -292,6 +373,7 @@ class PairedFactory:
                 self._send(decision)
             except ServiceBusError as error:
                 decision = failover.failed(client.id, entity, message, decision, error, self.now(), self.choose)
+                self._log_failovers()
             else:
                 failover.succeeded(entity, decision, self.now())
                 self.sends.append(SendRecord(self.now(), client.id, entity, message, decision.namespace, decision.path))
@@ -305,7 +387,8 @@ class PairedFactory:
     def _sender(self, role: str, path: str) -> Handle:
         key = (role, path.lower())
         if key not in self._senders:
-            self._senders[key] = self.targets[role].sender(path)
+            with sdk_retries_off(self.targets[role]):
+                self._senders[key] = without_sdk_retries(self.targets[role].sender(path))
         return self._senders[key]
 
     # --------------------------------------------------------------- time
@@ -316,6 +399,8 @@ class PairedFactory:
             times.append(self.failover.next_due())
         if self._syphon_running():
             times.append(self.syphon.next_due())
+            if self.syphon_poll:
+                times.append(self.now() + self.syphon_poll)
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
@@ -327,10 +412,19 @@ class PairedFactory:
         for fault in self.pair.tick(now):  # PAIR-CLOSE-002
             self._closed(fault.which)
         if self.pair.is_open(PRIMARY):
-            for ping in self.failover.tick(now):
+            pings = self.failover.tick(now)
+            self._log_failovers()
+            for ping in pings:
                 self._ping(ping)
         if self._syphon_running():
             self._run_syphon()
+
+    def _log_failovers(self) -> None:
+        logged = {(t, e.lower()) for t, e in self.failovers}
+        for health in self.failover.entities.values():
+            at = health.failed_over_at
+            if at is not None and (at, health.path.lower()) not in logged:
+                self.failovers.append((at, health.path))
 
     def _ping(self, ping: Send) -> None:
         try:
@@ -400,12 +494,25 @@ class PairedFactory:
         return self.pair.state[which]
 
     def _closed(self, role: str) -> None:
-        target = self.targets[role]
+        """The factory ``role`` ended: its senders (and the syphon's receivers) are no longer
+        used. Closing links takes real time on a real broker (about half a second each through the
+        SDK), which must not eat into the 5 seconds of PAIR-CLOSE-002: they are closed by
+        ``dispose``."""
         for key in [k for k in self._senders if k[0] == role]:
-            _quietly(target.close_handle, self._senders.pop(key))
+            self._retired.append((role, self._senders.pop(key)))
         if role == SECONDARY:
             for index in list(self._receivers):
-                _quietly(target.close_handle, self._receivers.pop(index))
+                self._retired.append((role, self._receivers.pop(index)))
+
+    def dispose(self) -> None:
+        """Close every link the factory opened (ended factories' included)."""
+        for role in (PRIMARY, SECONDARY):
+            if self.pair.is_open(role):
+                self.pair.closed(role, self.now())
+                self._closed(role)
+        while self._retired:
+            role, handle = self._retired.pop()
+            _quietly(self.targets[role].close_handle, handle)
 
 
 def _quietly(operation: Callable[..., Any], *args: Any) -> None:
@@ -454,7 +561,219 @@ def operations_per_moved_message(primary: Target, secondary: Target) -> list[Ope
     return meter.for_message("moved")
 
 
+# ------------------------------------------------------------ for applications
+
+
+@dataclass(frozen=True)
+class SendAvailabilityPairedNamespaceOptions:
+    """The pairing's options, by the seed's names (SendAvailabilityPairedNamespaceOptions), with
+    its defaults: BacklogQueueCount 10, FailoverInterval 1 minute, PingPrimaryInterval once a
+    minute, EnableSyphon false (an application that only sends leaves it off; one that receives
+    runs the syphon)."""
+
+    backlog_queue_count: int = 10
+    failover_interval: dt.timedelta = dt.timedelta(minutes=1)
+    ping_primary_interval: dt.timedelta = dt.timedelta(minutes=1)
+    enable_syphon: bool = False
+
+    def model(self) -> PairedNamespaceOptions:
+        return PairedNamespaceOptions(
+            backlog_queue_count=self.backlog_queue_count,
+            failover_interval=_ms(self.failover_interval),
+            ping_primary_interval=_ms(self.ping_primary_interval),
+            enable_syphon=self.enable_syphon,
+        )
+
+
+def _ms(value: dt.timedelta | float | int) -> int:
+    if isinstance(value, dt.timedelta):
+        return round(value.total_seconds() * 1000)
+    return round(float(value) * 1000)  # seconds
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def from_sdk_message(message: Any) -> Message:
+    """An azure-servicebus ``ServiceBusMessage`` (or a ``reference.Message``) as the paired
+    client's message. Times become Unix milliseconds: the application API's clock."""
+    if isinstance(message, Message):
+        return message
+    body = message.body
+    if isinstance(body, (bytes, bytearray)):
+        data = bytes(body)
+    elif isinstance(body, str):
+        data = body.encode()
+    else:
+        data = b"".join(bytes(part) if not isinstance(part, str) else part.encode() for part in body)
+    ttl = message.time_to_live
+    scheduled = message.scheduled_enqueue_time_utc
+    if scheduled is not None and scheduled.tzinfo is None:
+        scheduled = scheduled.replace(tzinfo=dt.timezone.utc)
+    props = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else v)
+             for k, v in (message.application_properties or {}).items()}
+    return Message(
+        data,
+        message_id=message.message_id,
+        session_id=message.session_id,
+        partition_key=message.partition_key,
+        time_to_live=None if ttl is None else round(ttl.total_seconds() * 1000),
+        scheduled_enqueue_time=None if scheduled is None else round((scheduled - _EPOCH).total_seconds() * 1000),
+        content_type=message.content_type,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        to=message.to,
+        reply_to=message.reply_to,
+        application_properties=props,
+    )
+
+
+class PairedNamespaceSender:
+    """A paired-namespace sender for ``azure-servicebus`` applications: the .NET SDK's send
+    availability (``MessagingFactory.PairNamespaceAsync``), which no Python SDK has.
+
+    Built from two connection strings (the primary and the secondary namespace), it creates the
+    missing backlog queues in the secondary (PAIR-BACKLOG-*), sends through the failover sender
+    (to the primary while it works; after FailoverInterval of failures, rewritten to a backlog
+    queue), pings failed-over entities every PingPrimaryInterval and goes back to the primary
+    once a ping is delivered, and, with the syphon on, moves backlog messages to their
+    destinations. The decisions are the reference model's (``reference.paired``); whether a
+    failure counts is decided from the broker's AMQP condition (``reference.paired.transience``),
+    never from the SDK's retry flag. A background thread acts at the instants the machines name
+    (pings, failover timers, syphon polls). Thread-safe: every operation holds one lock.
+
+    Times in backlog messages (x-ms-scheduledenqueuetimeutc) are Unix milliseconds, and
+    x-ms-timetolive is milliseconds: readable by any syphon using this class, not by .NET's.
+    Entities are provisioned through ``$sbconform`` (``sbconform serve``) or, on Azure, the
+    administration client (``control``, as for the SDK target).
+    """
+
+    def __init__(self, primary: Target, secondary: Target, options: SendAvailabilityPairedNamespaceOptions | None = None) -> None:
+        self.options = options or SendAvailabilityPairedNamespaceOptions()
+        self._lock = threading.RLock()
+        self._targets = (primary, secondary)
+        self.factory = PairedFactory(primary, secondary, self.options.model(), choose=random.SystemRandom().choice)
+        self.factory.pair_namespace()
+        getattr(secondary, "created", []).clear()  # backlog queues outlive this sender: never deleted at close
+        self._clients: dict[str, PairedClient] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sbconform-paired", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_connection_strings(
+        cls,
+        primary: str,
+        secondary: str,
+        options: SendAvailabilityPairedNamespaceOptions | None = None,
+        control: str = "auto",
+    ) -> "PairedNamespaceSender":
+        from .targets.sdk import SdkTarget
+
+        targets = []
+        try:
+            for connection_string in (primary, secondary):
+                target = SdkTarget(connection_string=connection_string, control=control)
+                target.open()
+                # the clock is Unix milliseconds, so times written in a backlog queue mean the
+                # same instant to a syphon in another process
+                target.t0, target.t0_epoch_ms = time.monotonic() - time.time(), 0
+                targets.append(target)
+            return cls(targets[0], targets[1], options)
+        except BaseException:
+            for target in targets:
+                target.close()
+            raise
+
+    # ------------------------------------------------------------ sending
+    def send(self, entity: str, messages: Any) -> list[str]:
+        """Send one message or several (``ServiceBusMessage`` or ``reference.Message``) to the
+        queue or topic ``entity`` of the primary namespace. Returns where each went: ``entity``,
+        or the backlog queue's path. Raises ``reference.ServiceBusError`` as the seed's client
+        would (a failure within FailoverInterval, a client error, no backlog queue left)."""
+        batch = list(messages) if isinstance(messages, (list, tuple)) else [messages]
+        with self._lock:
+            client = self._clients.get(entity) or self._clients.setdefault(entity, self.factory.client(entity))
+            return [self.factory.send(client, from_sdk_message(m)) for m in batch]
+
+    # ------------------------------------------------------------- syphon
+    def start_syphon(self) -> None:
+        with self._lock:
+            self.factory.start_syphon()
+
+    def stop_syphon(self) -> None:
+        with self._lock:
+            self.factory.stop_syphon()
+
+    def backlog_counts(self) -> dict[str, int]:
+        with self._lock:
+            return self.factory.backlog_counts()
+
+    def wait_for_empty_backlog(self, timeout: float) -> bool:
+        """With the syphon on: wait until every backlog queue is empty (True) or ``timeout``
+        seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(self.backlog_counts().values()):
+                return True
+            time.sleep(0.2)
+        return not any(self.backlog_counts().values())
+
+    # -------------------------------------------------------------- close
+    def _loop(self) -> None:
+        delay = 0.0
+        while not self._stop.wait(delay):
+            with self._lock:
+                try:
+                    self.factory.work()
+                except ServiceBusError:
+                    pass  # the machines keep their state; the next instant tries again
+                due = self.factory.next_due()
+                now = self.factory.now()
+            delay = 1.0 if due is None else min(max((due - now) / 1000, 0.02), 1.0)
+
+    def close(self) -> None:
+        """Stop the background work, close both factories (PAIR-CLOSE-*) and every link."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        with self._lock:
+            try:
+                self.factory.close()
+            finally:
+                self.factory.dispose()
+                for target in self._targets:
+                    target.close()
+
+    def __enter__(self) -> "PairedNamespaceSender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def set_entity_available(connection_string: str, entity: str, available: bool) -> None:
+    """For demonstrations and tests against ``sbconform serve``: take an entity down (every
+    operation on it fails with com.microsoft:entity-disabled) or bring it back, through the
+    server's control node."""
+    from .targets.sdk import SdkTarget
+
+    target = SdkTarget(connection_string=connection_string, control="amqp")
+    target.open()
+    try:
+        if available:
+            target.make_available(entity)
+        else:
+            target.make_unavailable(entity, "entity-unavailable", False)
+    finally:
+        target.close()
+
+
 __all__ = [
+    "PairedNamespaceSender",
+    "SendAvailabilityPairedNamespaceOptions",
+    "from_sdk_message",
+    "set_entity_available",
     "Meter",
     "MeteredTarget",
     "Operation",

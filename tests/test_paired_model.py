@@ -138,11 +138,13 @@ def test_a_message_too_large_once_rewritten_gets_a_clear_size_error_and_the_queu
     [
         ("entity-unavailable", False, True), ("quota-exceeded", False, True), ("entity-not-found", False, True),
         ("timeout", True, True), ("timeout", False, True),
-        ("server-busy", True, False), ("entity-unavailable", True, False), ("connection-lost", True, False),
+        ("server-busy", True, False), ("entity-unavailable", True, True), ("connection-lost", True, False),
         ("unauthorized", False, False), ("argument-error", False, False), ("invalid-operation", False, False),
     ],
 )
 def test_which_failures_start_the_failover_timer(code: str, transient: bool, counts: bool) -> None:
+    """Decided from the error's AMQP condition (reference/paired/transience.py), whatever the
+    ``transient`` flag a target or SDK put on it: entity-disabled counts even if called retryable."""
     assert starts_failover_timer(ServiceBusError(ErrorCode(code), "x", transient=transient)) is counts
 
 
@@ -276,3 +278,29 @@ def test_a_target_without_paired_namespaces_skips_the_client_clauses_but_not_the
     assert clauses["PAIR-PING-002"]["status"] == "pass"  # two of its scenarios need nothing paired
     assert clauses["PAIR-PING-001"]["status"] == "skip"
     assert "lacks capability 'paired-namespaces'" in clauses["PAIR-PING-001"]["reason"]
+
+
+# ------------------------------------------------------- pings and sessions
+
+
+@pytest.mark.clauses("PAIR-PING-004", "PAIR-PING-001")
+def test_a_session_queue_fails_back_once_its_ping_is_delivered() -> None:
+    """Issue 13: the ping had no SessionId, so a primary queue requiring sessions refused it
+    (InvalidOperation) and the entity never failed back. The .NET client's ping carries a fresh
+    SessionId (Guid.NewGuid().ToString("N")): reference/paired/ping.py."""
+    from sbconform.paired import PairedFactory
+    from sbconform.targets.reference import ReferenceTarget
+
+    primary, secondary = ReferenceTarget(), ReferenceTarget()
+    q = primary.create_queue("orders", requires_session=True)
+    factory = PairedFactory(primary, secondary, PairedNamespaceOptions(backlog_queue_count=1, failover_interval=0, ping_primary_interval=5 * SECOND))
+    factory.pair_namespace()
+    client = factory.client(q)
+    primary.make_unavailable(q, "entity-unavailable", False)
+    assert client.send(Message(b"m1", message_id="m1", session_id="s1")) == [factory.backlog_paths[0]]
+    primary.make_available(q)
+    factory.run(5 * SECOND)
+    assert [p.ok for p in factory.pings] == [True]
+    ping = factory.pings[0].message
+    assert ping.session_id and len(ping.session_id) == 32 and ping.body == b""
+    assert client.send(Message(b"m2", message_id="m2", session_id="s1")) == [q]

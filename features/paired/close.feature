@@ -5,7 +5,7 @@ Feature: Closing and faulting the paired factories
 
   @PAIR-CLOSE-001
   Scenario Outline: A partner that closes within 5 seconds ends closed, not faulted
-    Given factory "S" paired, running the syphon
+    Given factory "S" paired with 1 backlog queue, running the syphon
     When the <first> factory of "S" <ends>
     And the pairing runs for 3 seconds
     And the <second> factory of "S" closes
@@ -22,14 +22,14 @@ Feature: Closing and faulting the paired factories
 
   @PAIR-CLOSE-001 @PAIR-CLOSE-002
   Scenario: Without the syphon in the process, nothing is faulted
-    Given factory "F" paired
+    Given factory "F" paired with 1 backlog queue
     When the primary factory of "F" closes
     And the pairing runs for 30 seconds
     Then the secondary factory of "F" is open
 
   @PAIR-CLOSE-002
   Scenario Outline: The syphon faults the partner still open 5 seconds later
-    Given factory "S" paired, running the syphon
+    Given factory "S" paired with 1 backlog queue, running the syphon
     When the <first> factory of "S" <ends>
     And the pairing runs for 4 seconds
     Then the <second> factory of "S" is open

@@ -25,6 +25,25 @@ Feature: Pairing a messaging factory with a secondary namespace
     And the pairing runs for 5 seconds
     Then the secondary factory of "F" is faulted
 
+  @PAIR-API-001 @needs:entity-outage
+  Scenario: Pairing engages the five automatic behaviours, in seconds
+    Given the secondary namespace has a queue at backlog path 0 with lock duration 5 seconds
+    And factory "F" paired with 2 backlog queues, failover interval 0 seconds, ping interval 3 seconds and running the syphon
+    Then the secondary namespace has backlog queues 0, 1
+    When the primary "q" becomes unavailable
+    And factory "F" sends "m1" to "q"
+    Then "m1" went to backlog queue 0
+    When the pairing runs for 3 seconds
+    Then factory "F" pinged "q" 1 time
+    When the primary "q" recovers
+    And the pairing runs for 8 seconds
+    Then factory "F" pinged "q" 2 times
+    And peeking "q" shows "m1"
+    And the backlog queues hold nothing
+    When the primary factory of "F" closes
+    And the pairing runs for 5 seconds
+    Then the secondary factory of "F" is faulted
+
   @PAIR-OPT-001
   Scenario: Ten backlog queues by default
     Given factory "F" paired
@@ -46,14 +65,14 @@ Feature: Pairing a messaging factory with a secondary namespace
 
   @PAIR-OPT-002 @needs:entity-outage
   Scenario: Failures are accepted for the failover interval, then the entity fails over
-    Given factory "F" paired with failover interval 10 seconds
+    Given factory "F" paired with 1 backlog queue and failover interval 10 seconds
     And the primary "q" becomes unavailable
     When factory "F" sends "m1" to "q"
     Then the operation fails with "entity-unavailable"
-    When the pairing runs for 9 seconds
+    When the pairing runs for 5 seconds
     And factory "F" sends "m2" to "q"
     Then the operation fails with "entity-unavailable"
-    When the pairing runs for 1 second
+    When the pairing runs for 5 seconds
     And factory "F" sends "m3" to "q"
     Then "m3" went to a backlog queue
     And the backlog queues hold "m3"
@@ -69,6 +88,22 @@ Feature: Pairing a messaging factory with a secondary namespace
     And factory "F" never received from a backlog queue
     When factory "S" paired with 1 backlog queue and running the syphon
     And the pairing runs for 1 minute
+    Then peeking "q" shows "m1"
+    And the backlog queues hold nothing
+    And factory "F" never received from a backlog queue
+
+  @PAIR-OPT-003 @needs:entity-outage
+  Scenario: A pairing without the syphon never receives from the backlog queues; one with it moves them
+    Given factory "F" paired with 1 backlog queue and failover interval 0 seconds
+    And the primary "q" becomes unavailable
+    And factory "F" sends "m1" to "q"
+    And the primary "q" recovers
+    When the pairing runs for 5 seconds
+    Then the backlog queues hold "m1"
+    And peeking "q" shows nothing
+    And factory "F" never received from a backlog queue
+    When factory "S" paired with 1 backlog queue and running the syphon
+    And the pairing runs for 2 seconds
     Then peeking "q" shows "m1"
     And the backlog queues hold nothing
     And factory "F" never received from a backlog queue

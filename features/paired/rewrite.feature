@@ -23,6 +23,14 @@ Feature: Messages rewritten to sit in a backlog queue
     When 600 seconds pass
     Then the backlog queues hold "m1"
 
+  @PAIR-RENAME-002 @needs:time-to-live
+  Scenario: The time to live moves to x-ms-timetolive, and the backlog copy outlives it
+    When factory "F" sends "m1" with time to live 2 seconds to "q"
+    Then the backlog copy of "m1" has no time to live and property "x-ms-timetolive" = 2 seconds
+    And the backlog copy of "m1" never expires
+    When 4 seconds pass
+    Then the backlog queues hold "m1"
+
   @PAIR-RENAME-003 @needs:scheduling
   Scenario: The scheduled enqueue time moves to x-ms-scheduledenqueuetimeutc
     When factory "F" sends "m1" with scheduled enqueue time in 120 seconds to "q"
@@ -43,11 +51,14 @@ Feature: Messages rewritten to sit in a backlog queue
   @PAIR-SIZE-001
   Scenario: A message that fits the primary but not the backlog fails with a size error, and nothing is lost
     Given a queue "direct"
+    And a queue "an-entity-with-a-long-name-so-that-its-x-ms-path-adds-bytes"
     And factory "F" sends "fits" with a body that fills the 256 KB limit to "direct"
     And "fits" went to the primary
-    When factory "F" sends "big" with a body that fills the 256 KB limit to "q"
+    And the primary "an-entity-with-a-long-name-so-that-its-x-ms-path-adds-bytes" becomes unavailable
+    When factory "F" sends "big" with a body that fills the 256 KB limit to "an-entity-with-a-long-name-so-that-its-x-ms-path-adds-bytes"
     Then the operation fails with "message-size-exceeded"
     And the backlog queues hold nothing
     When factory "F" sends "small" to "q"
     Then "small" went to backlog queue 0
+    And the backlog queues hold "small"
     And factory "F" has backlog queues 0 in rotation

@@ -16,6 +16,16 @@ Feature: The syphon
     Then the backlog queues hold "m1"
     And peeking "q" shows nothing
 
+  @PAIR-SYPH-001 @needs:time-to-live
+  Scenario: Without a syphon, failed-over messages stay in the backlog queues past their time to live
+    Given factory "F" paired with 1 backlog queue and failover interval 0 seconds
+    And the primary "q" becomes unavailable
+    And factory "F" sends "m1" with time to live 2 seconds to "q"
+    And the primary "q" recovers
+    When the pairing runs for 5 seconds
+    Then the backlog queues hold "m1"
+    And peeking "q" shows nothing
+
   @PAIR-SYPH-002 @needs:topics @needs:virtual-time
   Scenario: The syphon delivers each message to its own destination once that is available
     Given a topic "t" with subscriptions "s"
@@ -54,6 +64,41 @@ Feature: The syphon
     Then the backlog queues hold nothing
     And the message "m1" in "q" has session "s1", time to live 300 seconds, property "color" = "blue" and no property starting with "x-ms-"
     And the message "m2" in "q" has scheduled enqueue time at its send time plus 600 seconds, state "scheduled", no session id and no property starting with "x-ms-"
+
+  @PAIR-SYPH-002 @needs:topics
+  Scenario: Each message reaches its own destination once that is available, exactly once
+    Given a topic "t" with subscriptions "s"
+    And the secondary namespace has a queue at backlog path 0 with lock duration 5 seconds
+    And factory "F" paired with 1 backlog queue and failover interval 0 seconds
+    And the primary "q" becomes unavailable
+    And the primary "t" becomes unavailable
+    And factory "F" sends "m2" to "t"
+    And factory "F" sends "m1" to "q"
+    And the primary "q" recovers
+    When factory "S" paired with 1 backlog queue and running the syphon
+    And the pairing runs for 2 seconds
+    Then peeking "q" shows "m1"
+    And the backlog queues hold "m2"
+    When the primary "t" recovers
+    And the pairing runs for 8 seconds
+    Then peeking "t/Subscriptions/s" shows "m2"
+    And peeking "q" shows "m1"
+    And the backlog queues hold nothing
+
+  @PAIR-SYPH-003 @needs:scheduling @needs:time-to-live
+  Scenario: The syphon translates the properties back, and each message arrives once
+    Given factory "F" paired with 1 backlog queue and failover interval 0 seconds
+    And the primary "q" becomes unavailable
+    And factory "F" sends "m1" with session "s1", time to live 300 seconds, property "color" = "blue" to "q"
+    And factory "F" sends "m2" with scheduled enqueue time in 600 seconds to "q"
+    And factory "F" sends "m3" with property "x-ms-path-like" = "kept" to "q"
+    And the primary "q" recovers
+    When factory "S" paired with 1 backlog queue and running the syphon
+    And the pairing runs for 2 seconds
+    Then the backlog queues hold nothing
+    And the message "m1" in "q" has session "s1", time to live 300 seconds, property "color" = "blue" and no property starting with "x-ms-"
+    And the message "m2" in "q" has scheduled enqueue time at its send time plus 600 seconds, state "scheduled", no session id and no property starting with "x-ms-"
+    And the message "m3" in "q" has property "x-ms-path-like" = "kept", no session id, no time to live and no scheduled enqueue time
 
   @PAIR-SYPH-004 @needs:virtual-time
   Scenario: Each syphon receive is a 15-minute long poll that ends early only when a message arrives

@@ -38,24 +38,11 @@ from ..errors import ErrorCode, ServiceBusError
 from ..message import Message
 from .backlog import backlog_paths
 from .options import PRIMARY, SECONDARY, PairedNamespaceOptions
-from .ping import PingTask, ping_message
+from .ping import PingTask, ping_message, ping_session_id
 from .rewrite import to_backlog
-
-#: Errors that do not start the failover timer however often they occur: in .NET they are
-#: not MessagingExceptions (UnauthorizedAccessException, ArgumentException,
-#: InvalidOperationException) and "indicate that the client is configured incorrectly".
-CLIENT_ERRORS = frozenset({ErrorCode.UNAUTHORIZED, ErrorCode.ARGUMENT_ERROR, ErrorCode.INVALID_OPERATION})
+from .transience import starts_failover_timer  # PAIR-FAIL-002/003: decided from the AMQP condition
 
 Choose = Callable[[Sequence[int]], int]
-
-
-def starts_failover_timer(error: ServiceBusError) -> bool:
-    """PAIR-FAIL-002/003: "any MessagingException in which the IsTransient property is
-    false, or a System.TimeoutException". Transient errors (server busy: wait and send
-    again) and client errors do not."""
-    if error.code is ErrorCode.TIMEOUT:
-        return True
-    return not error.transient and error.code not in CLIENT_ERRORS
 
 
 @dataclass(frozen=True)
@@ -98,6 +85,7 @@ class FailoverSender:
         self.rotation: list[int] = list(range(options.backlog_queue_count))
         self.picks: dict[Hashable, int] = {}  # client -> its backlog queue
         self.entities: dict[str, EntityHealth] = {}
+        self.pings_made = 0  # numbers the pings' SessionIds
 
     # ------------------------------------------------------------ queries
 
@@ -233,7 +221,8 @@ class FailoverSender:
         for health in self.entities.values():
             if health.ping is not None and health.ping.due(now):
                 health.ping.sent(now)
-                pings.append(Send(PRIMARY, health.path, ping_message()))
+                self.pings_made += 1
+                pings.append(Send(PRIMARY, health.path, ping_message(ping_session_id(self.pings_made))))
         return pings
 
     def ping_succeeded(self, entity: str, now: int) -> None:

@@ -16,9 +16,23 @@ from ..message import Message
 PING_TIME_TO_LIVE = 1 * SECOND
 
 
-def ping_message() -> Message:
-    """PAIR-PING-001: empty, the ping content type, 1 second to live."""
-    return Message(body=b"", content_type=PING_CONTENT_TYPE, time_to_live=PING_TIME_TO_LIVE)
+def ping_session_id(n: int) -> str:
+    """The SessionId of the ``n``-th ping: 32 hex digits, as ``Guid.NewGuid().ToString("N")``
+    (deterministic here: the model draws nothing at random)."""
+    return f"{n:032x}"
+
+
+def ping_message(session_id: str | None = None) -> Message:
+    """PAIR-PING-001: empty, the ping content type, 1 second to live.
+
+    It also carries a fresh SessionId: the Microsoft.ServiceBus client's ping
+    (``SendAvailabilityPairedNamespaceOptions.PingAsyncResult``, decompiled, found in a code
+    index, repository not identified) sets ``SessionId = Guid.NewGuid().ToString("N")``. Without
+    it a primary queue or topic requiring sessions refuses every ping (a message without a
+    SessionId), and such an entity would never fail back (issue 13). The seeds do not mention it;
+    it changes nothing for other entities, and the broker drops the ping either way
+    (PAIR-PING-002)."""
+    return Message(body=b"", content_type=PING_CONTENT_TYPE, time_to_live=PING_TIME_TO_LIVE, session_id=session_id)
 
 
 def is_ping(content_type: str | None) -> bool:

@@ -59,6 +59,7 @@ CONDITION_ALIASES: dict[str, ErrorCode] = {
     "amqp:not-implemented": ErrorCode.INVALID_OPERATION,
     "com.microsoft:argument-out-of-range": ErrorCode.ARGUMENT_ERROR,
     "com.microsoft:auth-failed": ErrorCode.UNAUTHORIZED,
+    "amqp:link:detach-forced": ErrorCode.CONNECTION_LOST,
 }
 #: AMQP error condition -> model error code (the inverse of ``CONDITIONS``, plus aliases)
 CODES: dict[str, ErrorCode] = {**{c: code for code, c in CONDITIONS.items()}, **CONDITION_ALIASES}

@@ -207,6 +207,17 @@ class Target(ABC):
         first segment of the backlog queue paths when it is a pairing's primary."""
         return self.name
 
+    def paired_namespace(self) -> "Target":
+        """A fresh, open target on another namespace of the same kind, to be a pairing's
+        secondary (capability ``paired-namespaces``). The caller closes it."""
+        self.require("paired-namespaces")
+        raise NotImplementedError
+
+    def create_queue_at(self, path: str, **properties: Any) -> str:
+        """Create a queue at exactly ``path``, as given (backlog queues have fixed paths,
+        PAIR-BACKLOG-001); targets that suffix the names a test gives must not here."""
+        return self.create_queue(path, **properties)
+
     def share_clock(self, other: "Target") -> None:
         """Make this target's clock ``other``'s, so two namespaces paired in a test see
         the same time. Targets on wall-clock time share it already: nothing to do."""
@@ -442,6 +453,12 @@ class TargetWrapper(Target):
 
     def transaction_client(self) -> TransactionalClient:
         return self.inner.transaction_client()
+
+    def paired_namespace(self) -> Target:
+        return self.inner.paired_namespace()
+
+    def create_queue_at(self, path: str, **properties: Any) -> str:
+        return self.inner.create_queue_at(path, **properties)
 
     def add_rule(self, subscription_path: str, rule: Any) -> None:
         self.inner.add_rule(subscription_path, rule)

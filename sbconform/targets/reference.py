@@ -148,6 +148,11 @@ class ReferenceTarget(Target):
     def namespace_name(self) -> str:
         return self.namespace.name
 
+    def paired_namespace(self) -> "ReferenceTarget":
+        target = ReferenceTarget(Namespace(clock=VirtualClock()), self.choose)
+        target.capabilities = self.capabilities
+        return target
+
     def share_clock(self, other: Target) -> None:
         """Both namespaces run on one virtual clock (the later of the two)."""
         if not isinstance(other, ReferenceTarget) or other.namespace.clock is self.namespace.clock:

@@ -15,6 +15,9 @@ Options (``--sb-option KEY=VALUE`` / ``sbconform certify --option``):
   ``sbconform.server.config_json``): scenarios that create entities are then skipped with
   that reason. ``auto`` picks ``admin`` for a connection string without
   ``UseDevelopmentEmulator=true`` (Azure), else ``amqp`` where the endpoint has the node.
+- ``secondary=<connection string>``: the secondary namespace of paired-namespace scenarios
+  (with ``serve=true`` the target starts a second ``sbconform serve`` for it); see
+  ``paired_sdk``.
 
 Time passes in real time: ``wait`` sleeps, ``now`` is wall-clock milliseconds since the
 target opened, so scenarios use short lock durations (5 s). ``clock_tolerance`` tells the
@@ -71,7 +74,7 @@ LACKING = {
     "virtual-time": "time passes in real time through the SDK; scenarios needing minutes or days cannot wait that long",
     "model-internals": "the model's internal structure is not observable through the SDK",
     "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
-    "paired-namespaces": "the paired client (reference/paired) would need a second namespace, and it classifies errors as the .NET client does, while the Python SDK calls entity-disabled retryable (.NET and Java: not transient); many scenarios also wait minutes",
+    "paired-namespaces": "a pairing needs a second namespace: serve=true starts one, or give secondary=<connection string>",
 }
 
 #: what a real Azure namespace (control=admin) cannot offer a test
@@ -159,7 +162,18 @@ def translate(error: BaseException) -> ServiceBusError:
     transient = bool(retryable) if retryable is not None and code is not ErrorCode.MESSAGE_SIZE_EXCEEDED else None
     if code in (ErrorCode.MESSAGE_SIZE_EXCEEDED, ErrorCode.QUOTA_EXCEEDED):
         transient = False
-    return ServiceBusError(code, str(error).splitlines()[0][:500] if str(error) else type(error).__name__, transient=transient)
+    out = ServiceBusError(code, str(error).splitlines()[0][:500] if str(error) else type(error).__name__, transient=transient)
+    out.condition = _condition_text(error)  # the broker's own, for clients that decide from it (reference/paired/transience.py)
+    return out
+
+
+def _condition_text(error: BaseException) -> str | None:
+    condition = getattr(error, "_condition", None) or getattr(error, "condition", None)
+    if condition is None:
+        found = re.search(r"Error condition: ([\w:.-]+)", str(error))
+        return found[1].rstrip(".") if found else None
+    value = getattr(condition, "value", condition)
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class SdkTarget(Target):
@@ -176,6 +190,7 @@ class SdkTarget(Target):
         serve: str | bool = False,
         control: str = "auto",
         prefix: str = "",
+        secondary: str | None = None,
     ) -> None:
         try:
             import azure.servicebus  # noqa: F401
@@ -208,12 +223,16 @@ class SdkTarget(Target):
         self._rule_clients: dict[str, Handle] = {}  # subscription path -> receiver whose $management link carries rule operations
         self._opened = False
         self._low_level: LowLevelClient | None = None
+        self.secondary_connection_string = secondary  # a pairing's secondary namespace (paired_sdk)
         if control == "none":
             self.capabilities = CAPABILITIES - {"entity-management", "partition-outage", "entity-outage", "premium-namespace", "small-quota"}
             self.lacking = {**LACKING, **{c: "entities come from the emulator's config file (control=none)" for c in CAPABILITIES - self.capabilities}}
         elif control == "admin":
             self.capabilities = CAPABILITIES - set(AZURE_LACKING)
             self.lacking = {**LACKING, **AZURE_LACKING}
+        if (serve or secondary) and control != "none":
+            self.capabilities = self.capabilities | {"paired-namespaces"}
+            self.lacking = {k: v for k, v in self.lacking.items() if k != "paired-namespaces"}
 
     def describe(self) -> dict[str, Any]:
         import azure.servicebus
@@ -291,6 +310,27 @@ class SdkTarget(Target):
         target.capabilities, target.lacking = self.capabilities, self.lacking
         target.open()
         return target
+
+    # ------------------------------------------------------- paired namespaces (paired_sdk)
+    def paired_namespace(self) -> "SdkTarget":
+        from .paired_sdk import paired_namespace
+
+        return paired_namespace(self)
+
+    def create_queue_at(self, path: str, **properties: Any) -> str:
+        from .paired_sdk import create_queue_at
+
+        return create_queue_at(self, path, properties)
+
+    def namespace_name(self) -> str:
+        from .paired_sdk import namespace_name
+
+        return namespace_name(self)
+
+    def share_clock(self, other: Any) -> None:
+        from .paired_sdk import share_clock
+
+        share_clock(self, other)
 
     def _control(self) -> Any:
         if self.control is None:

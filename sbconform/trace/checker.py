@@ -471,6 +471,13 @@ _HANDLERS = {
     "drop-connection": PieceModel._drop,
     "wait": PieceModel._nothing,
     "peek": PieceModel._nothing,  # peeks change nothing; their results are not compared yet
+    # an outage keeps what the entity holds (Target.make_unavailable) and operations during it
+    # fail (nothing happened); attaching a link, reading counts or a description change nothing
+    "entity-down": PieceModel._nothing,
+    "entity-up": PieceModel._nothing,
+    "attach": PieceModel._nothing,
+    "entity-counts": PieceModel._nothing,
+    "describe-entity": PieceModel._nothing,
 }
 
 # ------------------------------------------------------------------ states

@@ -209,6 +209,9 @@ class RecordingTarget(TargetWrapper):
     def create_queue(self, name: str, **properties: Any) -> str:
         return self._created("queue", name, properties, lambda: self.target.create_queue(name, **properties), name)
 
+    def create_queue_at(self, path: str, **properties: Any) -> str:
+        return self._created("queue", path, properties, lambda: self.target.create_queue_at(path, **properties), path)
+
     def create_topic(self, name: str, **properties: Any) -> str:
         return self._created("topic", name, properties, lambda: self.target.create_topic(name, **properties), name)
 

@@ -128,6 +128,10 @@ class PieceChecker:
                 pending[op_id] = _Op(row)
                 return
             op = self.pending.pop(op_id, None)
+            if op is None and row[OP] == "create-entity" and phase == "ok":
+                # a target that names what it creates (a unique suffix) records the invoke under
+                # the name asked for and the ok under the path it made: the ok is the creation here
+                op = _Op(row)
             if op is None:
                 raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {op_id} that is not pending "
                                   "(no invoke, or its completion events are not consecutive)")

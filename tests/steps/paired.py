@@ -38,8 +38,18 @@ from .world import World, entity_properties, message_attributes, parse_phrases, 
 
 UNITS = {"millisecond": 1, "second": SECOND, "minute": MINUTE, "hour": HOUR, "day": DAY}
 DURATION = r"(?P<n>\d+) (?P<unit>milliseconds?|seconds?|minutes?|hours?|days?)"
+#: how long one operation the broker refuses may take through a real-time target (Pairing.slack)
+REFUSED_OPERATION_MS = 1200
 #: Seed of the random backlog picks (the model's choice is a parameter; the steps make it reproducible).
 PICK_SEED = 20170525
+
+
+def unwrap_recording(target: Any) -> Any:
+    from sbconform.trace.recorder import RecordingTarget
+
+    while isinstance(target, RecordingTarget):
+        target = target.target
+    return target
 
 
 def duration(n: str, unit: str) -> int:
@@ -101,15 +111,31 @@ class Pairing:
     def close(self) -> None:
         for factory in self.factories.values():
             try:
-                factory.close()
+                factory.dispose()
             except ServiceBusError:
                 pass
         self.raw_secondary.close()
 
+    def slack(self) -> int:
+        """How late an action may be observed against the instant it was due. Exact on a
+        virtual clock; on a real-time target, the clock tolerance plus the time one refused
+        operation takes through the SDK (a failed attach or send: up to about a second), since
+        actions due at one instant are carried out one after the other."""
+        target = unwrap_recording(unwrap(self.raw_primary))
+        if "virtual-time" in target.capabilities:
+            return 0
+        return int(getattr(target, "clock_tolerance", 0)) + REFUSED_OPERATION_MS
+
 
 @pytest.fixture
 def pairing(world: World, sb_session) -> Any:
-    p = Pairing(world, sb_session.new())
+    """The secondary is another namespace of the target's kind (``Target.paired_namespace``:
+    another model namespace, or a second ``sbconform serve`` behind the SDK), recorded in the
+    test's trace like the primary."""
+    secondary = unwrap_recording(world.target).paired_namespace()
+    if sb_session.trace is not None:
+        secondary = sb_session.trace.wrap(secondary)
+    p = Pairing(world, secondary)
     yield p
     p.close()
 
@@ -125,10 +151,16 @@ _OPTION_PHRASES = [
 ]
 
 
+#: bytes left below 256 KB by "a body that fills the 256 KB limit": what an SDK adds on the wire
+#: beyond the model's size metric fits in it; the backlog rewrite of a message for an entity with a
+#: long name (x-ms-path) does not
+FILL_MARGIN = 48
+
+
 def _fill_limit(message_id: str) -> bytes:
-    """A body that makes the message exactly 256 KB by the model's size metric."""
+    """A body that makes the message 256 KB less ``FILL_MARGIN`` bytes by the model's size metric."""
     bare = message_size(Message(b"", message_id=message_id))
-    return b"x" * (256 * KB - bare)
+    return b"x" * (256 * KB - bare - FILL_MARGIN)
 
 
 def _send_attributes(text: str | None, pairing: Pairing) -> tuple[dict[str, Any], list]:
@@ -222,9 +254,11 @@ def primary_unavailable(world: World, pairing: Pairing, entity: str) -> None:
     world.target.make_unavailable(world.path(entity), "entity-unavailable", False)
 
 
-@step(r'the primary "(?P<entity>[^"]+)" fails with (?P<kind>transient|non-transient) "(?P<code>[^"]+)"')
-def primary_fails_with(world: World, pairing: Pairing, entity: str, kind: str, code: str) -> None:
-    world.target.make_unavailable(world.path(entity), code, kind == "transient")
+@step(r'the primary "(?P<entity>[^"]+)" fails with "(?P<code>[^"]+)"')
+def primary_fails_with(world: World, pairing: Pairing, entity: str, code: str) -> None:
+    """Every operation on the entity fails with ``code``: on the wire, its AMQP condition. Whether
+    that starts the failover timer is the paired client's decision (reference/paired/transience.py)."""
+    world.target.make_unavailable(world.path(entity), code, None)
 
 
 @step(r'the primary "(?P<entity>[^"]+)" recovers')
@@ -247,7 +281,7 @@ def backlog_recovers(pairing: Pairing, i: str) -> None:
 
 @step(r"the secondary namespace has a queue at backlog path (?P<i>\d+)(?: with (?P<props>.+))?")
 def existing_backlog_queue(pairing: Pairing, i: str, props: str | None) -> None:
-    pairing.secondary.create_queue(pairing.backlog_path(i), **(entity_properties(props) if props else {}))
+    pairing.secondary.create_queue_at(pairing.backlog_path(i), **(entity_properties(props) if props else {}))
 
 
 @step(r'message "(?P<mid>[^"]+)" for "(?P<entity>[^"]+)" is waiting at backlog path (?P<i>\d+)')
@@ -471,27 +505,67 @@ def message_in_entity_has(world: World, pairing: Pairing, mid: str, entity: str,
 # -------------------------------------------------------------------- pings
 
 
-def _pings(pairing: Pairing, f: str, entity: str, world: World) -> list[int]:
+def _ping_ops(pairing: Pairing, f: str, entity: str, world: World) -> list:
+    """The pings factory ``f`` sent to the primary ``entity``, as the primary target saw them
+    (metered sends of ping messages, accepted or refused), not the factory's own log."""
     path = world.path(entity).lower()
-    return [p.time - pairing.t0 for p in pairing.factory(f).pings if p.entity.lower() == path]
+    return [
+        op for op in pairing.operations(f)
+        if op.role == PRIMARY and op.kind == "send" and op.path.lower() == path
+        and op.messages and all(is_ping(m.content_type) for m in op.messages)
+    ]
+
+
+def _failover_anchor(pairing: Pairing, f: str, entity: str, world: World) -> int:
+    path = world.path(entity).lower()
+    times = [t for t, e in pairing.factory(f).failovers if e.lower() == path]
+    if not times:
+        raise AssertionError(f"factory {f!r} never failed {entity!r} over")
+    return times[0]
+
+
+def _close_to(actual: list[int], expected: list[int], slack: int) -> bool:
+    return len(actual) == len(expected) and all(e <= a <= e + slack for a, e in zip(actual, expected))
 
 
 @step(r'factory "(?P<f>[^"]+)" pinged "(?P<entity>[^"]+)" (?P<n>\d+) times?')
 def pinged_times(world: World, pairing: Pairing, f: str, entity: str, n: str) -> None:
-    pings = _pings(pairing, f, entity, world)
+    pings = [op.started for op in _ping_ops(pairing, f, entity, world)]
     assert len(pings) == int(n), f"factory {f!r} pinged {entity!r} {len(pings)} times, at {pings} ms"
 
 
-@step(r'factory "(?P<f>[^"]+)" pinged "(?P<entity>[^"]+)" at (?P<times>\d+(?:, \d+)*) (?P<unit>seconds|minutes)')
+@step(r'factory "(?P<f>[^"]+)" pinged "(?P<entity>[^"]+)" at (?P<times>\d+(?:, \d+)*) (?P<unit>seconds|minutes) after its failover')
 def pinged_at(world: World, pairing: Pairing, f: str, entity: str, times: str, unit: str) -> None:
-    expected = [duration(t, unit) for t in times.split(", ")]
-    pings = _pings(pairing, f, entity, world)
-    assert pings == expected, f"factory {f!r} pinged {entity!r} at {pings} ms, expected {expected}"
+    """Each ping began at its due instant (PAIR-PING-003: one interval after the failover, then
+    every interval), measured from the failover (when the failing send that engaged it returned),
+    no earlier and at most ``Pairing.slack`` later."""
+    anchor = _failover_anchor(pairing, f, entity, world)
+    expected = [anchor + duration(t, unit) for t in times.split(", ")]
+    pings = [op.started for op in _ping_ops(pairing, f, entity, world)]
+    assert _close_to(pings, expected, pairing.slack()), (
+        f"factory {f!r} pinged {entity!r} at {[p - anchor for p in pings]} ms after its failover, "
+        f"expected {[e - anchor for e in expected]} (+{pairing.slack()} ms)"
+    )
+
+
+@step(r'factory "(?P<f>[^"]+)" pinged "(?P<entity>[^"]+)" every (?P<n>\d+) seconds since its failover')
+def pinged_every(world: World, pairing: Pairing, f: str, entity: str, n: str) -> None:
+    """PAIR-PING-003: one ping one interval after the failover, then one every interval, up to now
+    (a ping due within ``slack`` of now may not have gone yet)."""
+    anchor, interval, now, slack = _failover_anchor(pairing, f, entity, world), int(n) * SECOND, world.target.now(), pairing.slack()
+    expected = [anchor + k * interval for k in range(1, (now - anchor) // interval + 1)]
+    pings = [op.started for op in _ping_ops(pairing, f, entity, world)]
+    if len(pings) == len(expected) - 1 and expected and expected[-1] > now - slack:
+        expected = expected[:-1]
+    assert expected and _close_to(pings, expected, slack), (
+        f"factory {f!r} pinged {entity!r} at {[p - anchor for p in pings]} ms after its failover, "
+        f"expected {[e - anchor for e in expected]} (+{slack} ms)"
+    )
 
 
 @step(r'factory "(?P<f>[^"]+)" never pinged "(?P<entity>[^"]+)"')
 def never_pinged(world: World, pairing: Pairing, f: str, entity: str) -> None:
-    pings = _pings(pairing, f, entity, world)
+    pings = [op.started for op in _ping_ops(pairing, f, entity, world)]
     assert pings == [], f"factory {f!r} pinged {entity!r} at {pings} ms"
 
 
@@ -553,6 +627,13 @@ def rotation_is(pairing: Pairing, f: str, ids: str) -> None:
 def never_received_backlog(pairing: Pairing, f: str) -> None:
     receives = [op for op in pairing.operations(f) if op.role == SECONDARY and op.kind == "receive"]
     assert receives == [], f"factory {f!r} received from backlog queues {len(receives)} times"
+
+
+@step(r'factory "(?P<f>[^"]+)" never received from backlog queue (?P<i>\d+)')
+def never_received_backlog_queue(pairing: Pairing, f: str, i: str) -> None:
+    path = pairing.backlog_path(i).lower()
+    receives = [op for op in pairing.operations(f) if op.role == SECONDARY and op.kind == "receive" and op.path.lower() == path]
+    assert receives == [], f"factory {f!r} received from backlog queue {i} {len(receives)} times"
 
 
 @step(r'factory "(?P<f>[^"]+)" has failed "(?P<entity>[^"]+)" over')

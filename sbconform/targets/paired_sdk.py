@@ -1,0 +1,87 @@
+"""Paired namespaces through the SDK target: a second namespace, backlog queues at fixed paths.
+
+A pairing needs two namespaces. With ``serve=true`` the secondary is a second ``sbconform
+serve`` process (one per test process, started on first use, like the Premium one); with a
+connection string, ``secondary=<connection string>`` names it (any broker the SDK target can
+drive: another emulator, another Azure namespace). Outages are injected in the primary through
+its control node (``$sbconform``: ``entity-availability``), as for any scenario.
+
+Backlog queues live at fixed paths (``<primary namespace>/x-servicebus-transfer/<i>``,
+PAIR-BACKLOG-001), so they are created without the unique suffix the SDK target gives the
+entities a test makes (``create_queue_at``); the target still deletes them when it closes, so the
+next test on the same secondary server starts from an empty namespace.
+
+The primary namespace's name is what the .NET client took from the factory's address: the first
+label of the endpoint's host (``contoso`` for ``contoso.servicebus.windows.net``, ``localhost``
+for a local emulator).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sdk import SdkTarget
+
+_LOCK = threading.Lock()
+_SECONDARY: Any = None
+
+
+def secondary_server() -> Any:
+    """``sbconform serve`` for the secondary namespace of pairings (one per process)."""
+    global _SECONDARY
+    from .sdk import ServeProcess
+
+    with _LOCK:
+        if _SECONDARY is None or _SECONDARY.process.poll() is not None:
+            _SECONDARY = ServeProcess()
+            atexit.register(_SECONDARY.stop)
+        return _SECONDARY
+
+
+def paired_namespace(target: "SdkTarget") -> "SdkTarget":
+    """A fresh, open SDK target on the secondary namespace of ``target``. The caller closes it."""
+    from .sdk import SdkTarget
+
+    target.require("paired-namespaces")
+    if target.serve:
+        connection_string = secondary_server().connection_string
+        control = target.control_mode
+    else:
+        connection_string = target.secondary_connection_string
+        control = target.control_mode
+    secondary = SdkTarget(connection_string=connection_string, control=control, prefix=target.prefix)
+    secondary.capabilities, secondary.lacking = target.capabilities, target.lacking
+    secondary.open()
+    return secondary
+
+
+def create_queue_at(target: "SdkTarget", path: str, properties: dict[str, Any]) -> str:
+    """Create a queue at exactly ``path`` (no suffix); deleted when ``target`` closes."""
+    created = target._control().call("create-queue", name=path, properties=properties)["path"]
+    target.created.append(created)
+    return created
+
+
+def namespace_name(target: "SdkTarget") -> str:
+    """The first label of the endpoint's host: ``contoso`` for contoso.servicebus.windows.net."""
+    from .sdk import parse_connection_string
+
+    endpoint = parse_connection_string(target.connection_string or "").get("endpoint", "")
+    host = endpoint.split("://", 1)[-1].strip("/").split(":", 1)[0]
+    return host.split(".", 1)[0] or target.name
+
+
+def share_clock(target: "SdkTarget", other: Any) -> None:
+    """Both targets measure time from the same instant, so that times one reports (a lock's
+    expiry in a backlog queue) mean the same instant to a client timing on the other."""
+    inner = other
+    for _ in range(8):  # through recording and metering wrappers
+        if hasattr(inner, "t0_epoch_ms") and hasattr(inner, "t0"):
+            target.t0, target.t0_epoch_ms = inner.t0, inner.t0_epoch_ms
+            return
+        inner = getattr(inner, "_target", None) or getattr(inner, "target", None)
+        if inner is None:
+            return
