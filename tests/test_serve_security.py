@@ -377,7 +377,7 @@ def test_out_of_file_descriptors_backs_off_and_logs_once() -> None:
 
 
 # ------------------------------------------------------------ configuration
-NS = "UserConfig.Namespaces[0]"
+NS = r"UserConfig\.Namespaces\[0\]"
 
 
 def _mutated(change) -> dict:

@@ -3,26 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 
+#: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py)
+LIMIT_FLAGS = {
+    "--max-delivery-size": ("max_delivery_size", int, "largest delivery in bytes, over all its frames; past it the connection is closed"),
+    "--max-output-buffer": ("max_output_buffer", int, "bytes buffered for one connection before the server stops reading from and sending to it"),
+    "--open-timeout": ("open_timeout", float, "seconds a new connection has to send its OPEN"),
+    "--idle-timeout": ("idle_timeout", float, "seconds without a frame before a connection is closed (advertised in OPEN)"),
+    "--max-connections": ("max_connections", int, "connections served at once; more are closed on accept"),
+    "--link-credit": ("link_credit", int, "credit granted to each sending link"),
+}
+
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        print(f"sbconform serve: --port {args.port}: expected 0 to 65535 (0 picks a free port)", file=sys.stderr)
+        return 2
     try:
         from ..server import ConfigError, Server, load_config
+        from ..server.limits import Limits
     except ImportError as error:  # the sdk extra is missing
         print(f"sbconform serve needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
         return 2
+    chosen = {}
+    for flag, (name, _kind, _help) in LIMIT_FLAGS.items():
+        value = getattr(args, name)
+        if value is not None:
+            if value <= 0:
+                print(f"sbconform serve: {flag} {value}: expected a positive number", file=sys.stderr)
+                return 2
+            chosen[name] = value
+    limits = Limits(**chosen)
     try:
         config = load_config(args.config)
     except ConfigError as error:
         print(f"sbconform serve: {error}", file=sys.stderr)
         return 2
-    server = Server(config, args.host, args.port)
+    logging.basicConfig(level=logging.WARNING, format="sbconform serve: %(message)s", stream=sys.stderr)
+    server = Server(config, args.host, args.port, limits=limits)
     try:
         port = server.start()
-    except OSError as error:
-        print(f"sbconform serve: cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
+    except (OSError, OverflowError) as error:
+        print(f"sbconform serve: cannot listen on {args.host}:{args.port}: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
@@ -42,4 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5672, help="0 picks a free port (printed on the first line)")
     p.add_argument("--config", default=None, help="entities, in the schema of Microsoft's emulator (Config.json)")
+    try:
+        from ..server.limits import Limits
+
+        defaults = Limits()
+    except ImportError:  # the sdk extra is missing: run() says so
+        defaults = None
+    for flag, (name, kind, text) in LIMIT_FLAGS.items():
+        default = f" (default {getattr(defaults, name)})" if defaults is not None else ""
+        p.add_argument(flag, dest=name, type=kind, default=None, help=text + default)
     p.set_defaults(func=run)
