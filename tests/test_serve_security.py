@@ -23,12 +23,13 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from proton import Data, Described, symbol, ulong  # noqa: E402
+from proton import Data, Described, symbol, uint, ulong  # noqa: E402
 
 from sbconform.server import ConfigError, parse_config  # noqa: E402
 from sbconform.server.server import Limits, Server  # noqa: E402
 
 from serve_support import (  # noqa: E402
+    KEY,
     ATTACH,
     BEGIN,
     CLOSE,
@@ -418,28 +419,39 @@ def test_a_port_out_of_range_is_one_line_and_exit_2() -> None:
 
 
 # ------------------------------------------------------ hostile sequences
-ADDRESSES = ["guarded", "open", "$cbs", "guarded/$management", "nowhere", "", "guarded/$DeadLetterQueue"]
+ADDRESSES = ["guarded"] * 5 + ["open", "$cbs", "guarded/$management", "nowhere", "", "guarded/$DeadLetterQueue"]
+
+
+KINDS = ["attach"] * 4 + ["transfer"] * 6 + ["attach+send"] * 3 + ["more", "flow", "flow", "detach", "begin", "end", "close", "token",
+                                              "disposition", "open"]
 
 
 @st.composite
 def hostile_frames(draw) -> list[bytes]:
     """Valid frames, in any order, on any handle: mostly without any token; sometimes with a
-    token for 'open' only (never for 'guarded')."""
+    token for 'open' only (never for 'guarded'). Delivery ids mostly follow on (else proton
+    closes the connection at once, before anything interesting)."""
     out = []
+    delivery_id = 1
     for _ in range(draw(st.integers(1, 14))):
-        kind = draw(st.sampled_from(["attach", "transfer", "more", "flow", "detach", "begin", "end", "close",
-                                     "token", "disposition", "open"]))
-        handle = draw(st.integers(0, 3))
+        kind = draw(st.sampled_from(KINDS))
+        handle = draw(st.integers(0, 2))
         if kind == "attach":
             out.append(attach(f"l{handle}", handle, draw(st.sampled_from(ADDRESSES)), draw(st.booleans())))
+        elif kind == "attach+send":  # what a client would do, without the token
+            out.append(attach(f"l{handle}", handle, draw(st.sampled_from(ADDRESSES)), True))
+            out.append(transfer(handle, delivery_id, b"s", message_bytes(b"sent", "s"), settled=draw(st.booleans())))
+            delivery_id += 1
         elif kind in ("transfer", "more"):
-            payload = message_bytes(draw(st.binary(max_size=40)), "h")
-            out.append(transfer(handle, draw(st.integers(0, 3)), draw(st.binary(min_size=1, max_size=4)), payload,
+            payload = draw(st.sampled_from([message_bytes(b"hostile", "h"), _poison(), b"\x00\x53\x77\xa1", b""]))
+            did = delivery_id if draw(st.integers(0, 9)) else draw(st.integers(0, 5))
+            delivery_id += 1
+            out.append(transfer(handle, did, draw(st.binary(min_size=1, max_size=4)), payload,
                                 more=kind == "more", settled=draw(st.booleans())))
         elif kind == "flow":
             out.append(flow(handle, draw(st.integers(0, 2**32 - 1))))
         elif kind == "detach":
-            out.append(frame(performative(DETACH, ulong(handle), True)))
+            out.append(frame(performative(DETACH, uint(handle), True)))
         elif kind == "begin":
             out.append(begin(draw(st.integers(0, 1))))
         elif kind == "end":
@@ -449,22 +461,22 @@ def hostile_frames(draw) -> list[bytes]:
         elif kind == "open":
             out.append(sasl_anonymous_open()[-60:])  # an OPEN frame where none may be
         elif kind == "disposition":
-            out.append(frame(performative(DISPOSITION, True, ulong(0), None, True, Described(ulong(0x24), []))))
+            out.append(frame(performative(DISPOSITION, True, uint(0), None, True, Described(ulong(0x24), []))))
         else:
-            out.append(transfer(handle, 0, b"tok", put_token_message(0, "open")))
+            out.append(transfer(handle, delivery_id, b"tok", put_token_message(0, "open")))
+            delivery_id += 1
     return out
 
 
 @pytest.fixture(scope="module")
 def fuzzed():
     server = InProcess(link_credit=100, max_delivery_size=64 * 1024, open_timeout=1.0, idle_timeout=5.0)
-    kept = []
     c = authorized_sender(server.port, "open", handle=5)
-    for i in range(5):
-        c.send(c.transfer(5, message_bytes(f"kept-{i}".encode(), f"kept-{i}")))
-    c.read(3, until=lambda f: len(f.of(DISPOSITION)) >= 6)
-    kept = [i for i, p in enumerate(c.frames.of(DISPOSITION)) if int(p[2].value[4].descriptor) == 0x24]
-    assert len(kept) == 6  # the put-token and the five messages
+    c.send(*[c.transfer(5, message_bytes(f"kept-{i}".encode(), f"kept-{i}")) for i in range(5)])
+    deadline = time.monotonic() + 5
+    while server.active("open") < 5 and time.monotonic() < deadline:
+        c.read(0.1)
+    assert server.active("open") == 5, "the messages to keep were not accepted"
     c.close()
     yield server
     server.stop()
@@ -476,8 +488,10 @@ def test_hostile_frame_sequences(fuzzed: InProcess, frames: list[bytes], authent
     c = RawClient(fuzzed.port)
     try:
         c.send(sasl_anonymous_open(), begin())
-        if authenticate:  # a token for 'open', never for 'guarded'
-            c.send(attach("cbs", 10, "$cbs", True), transfer(10, 0, b"t", put_token_message(fuzzed.port, "open")))
+        c.read(2, until=lambda f: f.of(BEGIN))  # transfers before the server's BEGIN break its window
+        # a token for 'open' (never for 'guarded'), or one signed with a wrong key
+        token = put_token_message(fuzzed.port, "open", key=KEY if authenticate else "wrong")
+        c.send(attach("cbs", 10, "$cbs", True), transfer(10, 0, b"t", token))
         c.send(*frames)
         c.read(0.05)
     finally:
