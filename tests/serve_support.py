@@ -262,7 +262,10 @@ class RawClient:
         return transfer(handle, self.delivery_id - 1, f"d{self.delivery_id}".encode(), payload, **kwargs)
 
     def send(self, *chunks: bytes) -> bool:
+        if self.closed:
+            return False
         try:
+            self.sock.settimeout(10)  # not what read() left: a timeout mid-sendall would cut a frame
             self.sock.sendall(b"".join(chunks))
             return True
         except OSError:

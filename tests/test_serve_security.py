@@ -26,7 +26,6 @@ from hypothesis import strategies as st  # noqa: E402
 from proton import Data, Described, symbol, uint, ulong  # noqa: E402
 
 from sbconform.server import ConfigError, parse_config  # noqa: E402
-from sbconform.server.server import Limits, Server  # noqa: E402
 
 from serve_support import (  # noqa: E402
     KEY,
@@ -74,6 +73,8 @@ class InProcess:
 
     def __init__(self, **limits) -> None:
         import threading
+
+        from sbconform.server.server import Limits, Server
 
         self.server = Server(parse_config(CONFIG), "127.0.0.1", 0, limits=Limits(**limits))
         self.port = self.server.start()
@@ -506,44 +507,94 @@ def test_after_the_hostile_sequences_others_are_served(fuzzed: InProcess) -> Non
 
 
 # ---------------------------------------------------------------- memory
-def test_memory_stays_bounded_under_continuation_frames_and_a_peer_that_does_not_read() -> None:
-    """300 MiB of continuation frames, then put-token requests from a client that never
-    reads its replies: the server stays under 400 MB RSS and serves others."""
+def test_memory_stays_bounded_under_continuation_frames_and_peers_that_do_not_read() -> None:
+    """300 MiB of continuation frames; a receiver that grants a million credits on a queue of
+    100 MB and never reads (its locks expire every 5 s, so its messages would be sent again and
+    again); put-token requests whose replies are never read: the server stays under 400 MB RSS
+    and serves others. (On the server before issue 11 the receiver alone took it past 400 MB.)"""
+    from proton import Message, int32
+
     serve = Serve(CONFIG)
+    peak = 0
+
+    def sample() -> None:
+        nonlocal peak
+        peak = max(peak, rss_bytes(serve.process.pid))
+
     try:
+        # 100 MB of messages in 'big' (400 x 250 kB)
+        filler = authorized_sender(serve.port, "big")
+        body = b"b" * 250_000
+        for i in range(0, 400, 20):
+            filler.send(*[filler.transfer(5, message_bytes(body, f"big-{i + j}"), settled=True) for j in range(20)])
+            filler.read(0.01)
+        filler.read(3, until=lambda f: False)
+        filler.close()
+        sample()
+        # 300 MiB of continuation frames
         c = authorized_sender(serve.port, "open")
         chunk = b"\x00" * (1024 * 1024 - 64)
         c.send(c.transfer(5, chunk, more=True))
-        sent, peak = len(chunk), 0
+        sent = len(chunk)
         deadline = time.monotonic() + 20
         while sent < 300 * 1024 * 1024 and time.monotonic() < deadline:
             if not c.send(transfer(5, 0, b"", chunk, more=True, continuation=True)):
                 break
             sent += len(chunk)
-            peak = max(peak, rss_bytes(serve.process.pid))
+            sample()
         c.close()
-        # a client that sends put-token requests and never reads the replies
+        # a receiver that never reads
+        hog = socket.socket()
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.connect(("127.0.0.1", serve.port))
+        hog.sendall(sasl_anonymous_open() + begin())
+        time.sleep(0.3)
+        hog.sendall(attach("cbs", 0, "$cbs", True) + transfer(0, 0, b"t", put_token_message(serve.port, "big")))
+        time.sleep(0.3)
+        hog.sendall(attach("recv", 1, "big", False) + flow(1, 1_000_000))
+        # peek requests for the whole queue whose replies are never read
+        peeker = socket.socket()
+        peeker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        peeker.connect(("127.0.0.1", serve.port))
+        peeker.settimeout(0.5)
+        peeker.sendall(sasl_anonymous_open() + begin())
+        time.sleep(0.3)
+        peeker.sendall(attach("cbs", 0, "$cbs", True) + transfer(0, 0, b"t", put_token_message(serve.port, "big"))
+                       + attach("m", 2, "big/$management", True) + attach("mr", 3, "big/$management", False) + flow(3, 2**31))
+        time.sleep(0.3)
+        for i in range(8):
+            request = Message(id=f"p{i}", reply_to="big/$management", properties={"operation": "com.microsoft:peek-message"},
+                              body={"from-sequence-number": ulong(1), "message-count": int32(1000)})
+            try:
+                peeker.sendall(transfer(2, 1 + i, f"p{i}".encode(), request.encode()))
+            except OSError:
+                break
+            time.sleep(0.2)
+            sample()
+        # put-token requests whose replies are never read
         greedy = socket.socket()
         greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         greedy.connect(("127.0.0.1", serve.port))
         greedy.settimeout(0.5)
-        request = transfer(0, 0, b"t", put_token_message(serve.port, "open"))
-        greedy.sendall(sasl_anonymous_open() + begin() + attach("cbs", 0, "$cbs", True) + attach("r", 1, "$cbs", False)
-                       + flow(1, 2**31))
-        burst = request * 2000
-        deadline = time.monotonic() + 15
-        pushed = 0
-        while time.monotonic() < deadline and pushed < 300 * 1024 * 1024:
+        greedy.sendall(sasl_anonymous_open() + begin())
+        time.sleep(0.3)
+        greedy.sendall(attach("cbs", 0, "$cbs", True) + attach("r", 1, "$cbs", False) + flow(1, 2**31))
+        delivery_id = 0
+        deadline = time.monotonic() + 12  # past two lock expiries of the receiver's messages
+        while time.monotonic() < deadline:
+            burst = b"".join(transfer(0, delivery_id + i, b"t", put_token_message(serve.port, "open", f"m{delivery_id + i}"))
+                             for i in range(200))
+            delivery_id += 200
             try:
                 greedy.sendall(burst)
-            except (socket.timeout, OSError):
-                break  # the server stopped reading: what the cap is for
-            pushed += len(burst)
-            peak = max(peak, rss_bytes(serve.process.pid))
-        peak = max(peak, rss_bytes(serve.process.pid))
+            except OSError:
+                time.sleep(0.1)  # the server stopped reading it: what the cap is for
+            sample()
+        sample()
         assert serve.alive(), "".join(serve.output)
         served(serve.port)
-        greedy.close()
+        for sock in (hog, greedy, peeker):
+            sock.close()
         assert peak < 400 * 1024 * 1024, f"server RSS reached {peak / 2**20:.0f} MiB"
     finally:
         serve.stop()

@@ -188,6 +188,7 @@ class ConnState:
         self.close_by = 0.0  # when closing: the socket is closed at this instant at the latest
         self.throttled = False  # its output is over the cap: neither read from nor served
         self.registered = True
+        self.unpushed = memoryview(b"")  # bytes read that proton could not take yet
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
         self.receivers: list["Receiving"] = []
         self.pending_sessions: list["Receiving"] = []
@@ -399,8 +400,7 @@ class Server:
             self.selector.register(sock, selectors.EVENT_READ, state)
 
     def _io(self, state: ConnState, mask: int) -> None:
-        t = state.transport
-        if mask & selectors.EVENT_READ and not state.throttled:
+        if mask & selectors.EVENT_READ and not state.throttled and not state.unpushed:
             try:
                 data = state.sock.recv(65536)
             except (BlockingIOError, InterruptedError):
@@ -412,21 +412,31 @@ class Server:
                 return
             if data and not state.closing:  # once we close, the peer's input is dropped
                 state.scanner.feed(data)
-                view = memoryview(data)
-                while view and not state.closing:
-                    capacity = t.capacity()
-                    if capacity < 0:
-                        break  # the transport gave up on this input (framing error): it says why, then closes
-                    if capacity == 0:
-                        break
-                    t.push(bytes(view[:capacity]))
-                    view = view[capacity:]
-                    self._events(state)
+                state.unpushed = memoryview(data)
+                self._push(state)
                 if state.closed:
                     return
-                self._top_up(state)
         self._events(state)
         self._flush(state)
+
+    def _push(self, state: ConnState) -> None:
+        """Hand the bytes read to proton, as much as it takes now. What it cannot take yet
+        is kept (one read at most: the socket is not read again until it is all in)."""
+        t = state.transport
+        view = state.unpushed
+        while view and not state.closing:
+            capacity = t.capacity()
+            if capacity < 0:
+                view = memoryview(b"")  # the transport gave up on this input (framing error): it says why, then closes
+                break
+            if capacity == 0:
+                break
+            t.push(bytes(view[:capacity]))
+            view = view[capacity:]
+            self._events(state)
+        state.unpushed = view if view and not state.closing else memoryview(b"")
+        if not state.closed:
+            self._top_up(state)
 
     def _flush(self, state: ConnState) -> None:
         if state.closed:
@@ -463,7 +473,8 @@ class Server:
         elif state.throttled and buffered <= cap // 2:
             state.throttled = False
             self.dirty.update(r.key for r in state.receivers)
-        events = (0 if state.throttled else selectors.EVENT_READ) | (selectors.EVENT_WRITE if want_write else 0)
+        reading = not state.throttled and not state.unpushed  # (unpushed: proton takes it first)
+        events = (selectors.EVENT_READ if reading else 0) | (selectors.EVENT_WRITE if want_write else 0)
         if events != state.events:
             self._register(state, events)
 
@@ -484,6 +495,8 @@ class Server:
 
     def _flush_all(self) -> None:
         for state in list(self.conns.values()):
+            if state.unpushed:
+                self._guard(state, self._push, state)
             self._guard(state, self._events, state)
             self._guard(state, self._flush, state)
 
@@ -1261,7 +1274,16 @@ class Server:
             found = ns.peek(path, start, count, sid)
             if not found:
                 return 204, {}
-            return 200, {"messages": [{"message": self._encode(d, lock_token=False)} for d in found]}
+            # one reply holds at most --max-delivery-size of messages (at least one): a peek
+            # may return fewer messages than asked, and the client asks again from the next
+            messages, total = [], 0
+            for d in found:
+                encoded = self._encode(d, lock_token=False)
+                if messages and total + len(encoded) > self.limits.max_delivery_size:
+                    break
+                messages.append({"message": encoded})
+                total += len(encoded)
+            return 200, {"messages": messages}
         if operation == "com.microsoft:schedule-message":
             by_time: dict[int, list[ModelMessage]] = defaultdict(list)
             order = []
