@@ -323,6 +323,26 @@ def test_the_idle_timeout_is_advertised_in_open_and_enforced(srv: InProcess) -> 
     assert any(condition_of(p[2]) == "amqp:resource-limit-exceeded" for p in c.frames.of(CLOSE))
 
 
+def test_links_per_connection_are_bounded_and_closed_links_are_released() -> None:
+    server = InProcess(max_links=10)
+    try:
+        c = authorized_sender(server.port, "open")
+        for _ in range(50):  # 1000 attach/detach cycles: never more than 10 open at once
+            chunks = []
+            for h in range(10, 30):
+                chunks.append(attach(f"x{h}", h, "open" if h % 2 else "$cbs", True))
+                chunks.append(frame(performative(DETACH, uint(h), True)))
+            c.send(*chunks)
+        c.read(1)
+        assert not c.closed and not c.frames.of(CLOSE)
+        assert server.on_loop(lambda: max(s.links for s in server.server.conns.values())) <= 10
+        c.send(*[attach(f"y{h}", h, "open", True) for h in range(10, 30)])  # 20 at once
+        assert closed_with(c, "amqp:resource-limit-exceeded")
+        served(server.port)
+    finally:
+        server.stop()
+
+
 def test_the_connection_limit() -> None:
     server = InProcess(max_connections=3)
     try:

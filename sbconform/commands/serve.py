@@ -14,6 +14,7 @@ LIMIT_FLAGS = {
     "--open-timeout": ("open_timeout", float, "seconds a new connection has to send its OPEN"),
     "--idle-timeout": ("idle_timeout", float, "seconds without a frame before a connection is closed (advertised in OPEN)"),
     "--max-connections": ("max_connections", int, "connections served at once; more are closed on accept"),
+    "--max-links": ("max_links", int, "links open at once on one connection"),
     "--link-credit": ("link_credit", int, "credit granted to each sending link"),
 }
 

@@ -37,6 +37,9 @@ class Limits:
     idle_timeout: float = 240.0
     #: connections open at once; more are accepted and closed at once [--max-connections]
     max_connections: int = 1000
+    #: links open at once on one connection; past it the connection is closed
+    #: (amqp:resource-limit-exceeded) [--max-links]
+    max_links: int = 1000
     #: credit granted to each sending link; transfers beyond it close the link
     #: (amqp:link:transfer-limit-exceeded) [--link-credit]
     link_credit: int = 1000

@@ -189,6 +189,7 @@ class ConnState:
         self.throttled = False  # its output is over the cap: neither read from nor served
         self.registered = True
         self.unpushed = memoryview(b"")  # bytes read that proton could not take yet
+        self.links = 0  # links the client has open
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
         self.receivers: list["Receiving"] = []
         self.pending_sessions: list["Receiving"] = []
@@ -665,9 +666,16 @@ class Server:
             if r is not None:
                 self._serve(r)
         elif kind == Event.LINK_REMOTE_OPEN:
+            state.links += 1
+            if state.links > self.limits.max_links:
+                self._shut(state, "amqp:resource-limit-exceeded",
+                           f"More than {self.limits.max_links} links open on one connection (--max-links).")
+                return
             self._attach(state, event.link)
         elif kind == Event.LINK_REMOTE_CLOSE:
+            state.links -= 1
             self._detach(state, event.link)
+            self._release(state, event.link)
         elif kind == Event.SESSION_REMOTE_OPEN:
             session = event.session
             if session.state & Endpoint.LOCAL_UNINIT:
@@ -889,6 +897,19 @@ class Server:
             link.receiving = None
         if close and link.state & Endpoint.LOCAL_ACTIVE:
             link.close()
+
+    @staticmethod
+    def _release(state: ConnState, link: Link) -> None:
+        """Free a link closed on both sides (proton keeps it otherwise, for the whole
+        connection: attach and detach in a loop would grow without bound)."""
+        if not (link.state & Endpoint.LOCAL_CLOSED and link.state & Endpoint.REMOTE_CLOSED):
+            return
+        for address, reply in list(state.reply_links.items()):
+            if reply == link:
+                del state.reply_links[address]
+        if any(r.link == link for r in state.pending_sessions):
+            return
+        link.free()
 
     # -------------------------------------------------------------- receive
     def _serve(self, r: Receiving) -> None:
