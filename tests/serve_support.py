@@ -20,9 +20,9 @@ KEY_NAME, KEY = "RootManageSharedAccessKey", "SAS_KEY_VALUE"
 class Serve:
     """``sbconform serve --port 0 --config <generated>`` in a child process."""
 
-    def __init__(self, config: dict | None = None) -> None:
+    def __init__(self, config: dict | None = None, extra: list[str] | None = None) -> None:
         self.dir = tempfile.TemporaryDirectory()
-        args = [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0"]
+        args = [sys.executable, "-m", "sbconform.cli", "serve", "--port", "0", *(extra or [])]
         if config is not None:
             path = Path(self.dir.name) / "Config.json"
             path.write_text(json.dumps(config), encoding="utf-8")

@@ -343,6 +343,26 @@ def test_links_per_connection_are_bounded_and_closed_links_are_released() -> Non
         server.stop()
 
 
+def test_the_limit_flags_reach_the_server() -> None:
+    serve = Serve(CONFIG, ["--open-timeout", "0.5", "--max-connections", "2", "--idle-timeout", "30"])
+    try:
+        first = RawClient(serve.port)
+        first.open_session()
+        assert int(first.frames.of(OPEN)[0][2].value[4]) == 15_000  # half the idle timeout, as proton advertises
+        silent = socket.create_connection(("127.0.0.1", serve.port))
+        silent.settimeout(5)
+        started = time.monotonic()
+        assert silent.recv(100) == b"" and time.monotonic() - started < 3.5, "--open-timeout was not applied"
+        second = RawClient(serve.port)
+        second.open_session()
+        third = RawClient(serve.port)
+        third.send(sasl_anonymous_open(), begin())
+        third.read(2)
+        assert third.closed and not third.frames.of(BEGIN), "--max-connections was not applied"
+    finally:
+        serve.stop()
+
+
 def test_the_connection_limit() -> None:
     server = InProcess(max_connections=3)
     try:

@@ -15,6 +15,7 @@ LIMIT_FLAGS = {
     "--idle-timeout": ("idle_timeout", float, "seconds without a frame before a connection is closed (advertised in OPEN)"),
     "--max-connections": ("max_connections", int, "connections served at once; more are closed on accept"),
     "--max-links": ("max_links", int, "links open at once on one connection"),
+    "--max-tokens": ("max_tokens", int, "CBS tokens (audiences) one connection may hold"),
     "--link-credit": ("link_credit", int, "credit granted to each sending link"),
 }
 

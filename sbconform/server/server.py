@@ -1224,8 +1224,8 @@ class Server:
             name = str(props.get("name", ""))
             _audience, expiry = check_grant(str(request.body), name, self.keys)
             path = (urlparse(name).path.strip("/") if "://" in name else name.strip("/")).lower()
-            if len(state.audiences) >= 10_000 and path not in state.audiences:
-                raise TokenError("too many tokens on one connection")
+            if len(state.audiences) >= self.limits.max_tokens and path not in state.audiences:
+                raise TokenError(f"more than {self.limits.max_tokens} tokens on one connection (--max-tokens)")
             state.audiences[path] = max(expiry, state.audiences.get(path, 0))
         except TokenError as error:
             status, description = 401, str(error)
