@@ -611,7 +611,7 @@ class Server:
             return
         state.transport.tick(mono)  # proton closes it past the idle timeout (amqp:resource-limit-exceeded)
         for link in list(state.granted):
-            if not link.state & Endpoint.LOCAL_ACTIVE:
+            if link.state & Endpoint.LOCAL_CLOSED:  # (a session receiver still waiting is LOCAL_UNINIT: checked too)
                 state.granted.discard(link)
                 continue
             try:
