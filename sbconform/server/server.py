@@ -60,7 +60,7 @@ from reference.entity import Topic
 from reference.partitioning import PartitionedTopic
 
 from .config import Config
-from .limits import Limits, Refused, check_message
+from .limits import Limits, Refused, check_message, plain
 from .sas import TokenError, check_grant, check_token, normalise
 from .wire import BATCH_FORMAT, FrameScanner, WireError, data_sections, skip
 
@@ -190,6 +190,8 @@ class ConnState:
         self.registered = True
         self.unpushed = memoryview(b"")  # bytes read that proton could not take yet
         self.links = 0  # links the client has open
+        self.sessions: set[Any] = set()  # its sessions (for the bytes queued in them)
+        self.fed: set[Link] = set()  # links that received transfers in this read (credit top-up)
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
         self.receivers: list["Receiving"] = []
         self.pending_sessions: list["Receiving"] = []
@@ -200,12 +202,7 @@ class ConnState:
 
     def queued_output(self) -> int:
         """Bytes of deliveries queued in its sessions, not yet framed for the transport."""
-        total = 0
-        session = self.connection.session_head(0)
-        while session is not None:
-            total += session.outgoing_bytes
-            session = session.next(0)
-        return total
+        return sum(session.outgoing_bytes for session in self.sessions)
 
     def buffered(self) -> int:
         """Output held for this peer: framed bytes not yet written, and queued deliveries."""
@@ -466,8 +463,9 @@ class Server:
             except OSError:
                 pass
         want_write = pending > 0
-        # the output cap: a peer that does not read is neither read from nor served
-        buffered = max(pending, 0) + state.queued_output()
+        # the output cap: a peer that does not read is neither read from nor served (with
+        # nothing framed left, only _serve queues much, and it checks the cap itself)
+        buffered = max(pending, 0) + state.queued_output() if want_write or state.throttled else 0
         cap = self.limits.max_output_buffer
         if not state.throttled and buffered > cap:
             state.throttled = True
@@ -680,8 +678,10 @@ class Server:
             session = event.session
             if session.state & Endpoint.LOCAL_UNINIT:
                 session.open()
+                state.sessions.add(session)
         elif kind == Event.SESSION_REMOTE_CLOSE:
             event.session.close()
+            state.sessions.discard(event.session)
         elif kind == Event.CONNECTION_REMOTE_OPEN:
             c = event.connection
             state.opened = True
@@ -856,15 +856,14 @@ class Server:
         link.flow(credit)
 
     def _top_up(self, state: ConnState) -> None:
-        """After a read: give sending links their credit back (below half of it)."""
+        """After a read: give the links that received transfers their credit back (below half of it)."""
         limit = self.limits.link_credit
-        link = state.connection.link_head(Endpoint.LOCAL_ACTIVE)
-        while link is not None:
-            if link.is_receiver and getattr(link, "sb_role", None) in ("node", "entity"):
+        for link in state.fed:
+            if link.state & Endpoint.LOCAL_ACTIVE and getattr(link, "sb_role", None) in ("node", "entity"):
                 outstanding = link.sb_granted - getattr(link, "sb_received", 0)
                 if outstanding < limit // 2:
                     self._grant(link, limit - outstanding)
-            link = link.next(Endpoint.LOCAL_ACTIVE)
+        state.fed.clear()
 
     def _detach_with(self, state: ConnState, link: Link, condition: Condition) -> None:
         """Detach one of our links with ``error``; transfers still in flight on it are dropped."""
@@ -1079,6 +1078,7 @@ class Server:
             if role == "detached":
                 return self._drop(link, dlv)
             link.sb_received = getattr(link, "sb_received", 0) + 1
+            state.fed.add(link)
             if link.sb_received > link.sb_granted:  # AMQP 1.0 part 2, 2.6.7: no transfer without credit
                 self._detach_with(state, link, _error(
                     "amqp:link:transfer-limit-exceeded", f"A transfer beyond the {link.sb_granted} credits granted on this link."))
@@ -1164,6 +1164,8 @@ class Server:
         application properties outside AMQP's rules, or anything ``_encode`` fails on
         (tried on a stand-in record with the broker's fields set to extreme values)."""
         check_message(m)
+        if plain(m):
+            return
         now = self.clock.now
         stored = StoredMessage(m, 2**62, now, NEVER, 0, State.SCHEDULED if m.scheduled_enqueue_time is not None else State.ACTIVE, 0, 0)
         stored.lock_token, stored.locked_until = 2**128 - 1, now + 3_600_000
