@@ -322,7 +322,10 @@ def test_the_idle_timeout_is_advertised_in_open_and_enforced(srv: InProcess) -> 
     assert len(fields) > 4 and fields[4] is not None and int(fields[4]) > 0, f"no idle-time-out in OPEN: {fields}"
     c.read(6)  # send nothing, not even empty frames
     assert c.closed, "an idle connection was held past the idle timeout"
-    assert any(condition_of(p[2]) == "amqp:resource-limit-exceeded" for p in c.frames.of(CLOSE))
+    closes = [p[2] for p in c.frames.of(CLOSE) if condition_of(p[2]) == "amqp:resource-limit-exceeded"]
+    assert closes, f"no CLOSE amqp:resource-limit-exceeded: {c.frames.frames[-2:]}"
+    info = list(closes[0].value[0].value)[2]
+    assert info and symbol("com.microsoft:tracking-id") in info, f"proton's own error without the info map the SDKs read: {closes[0]}"
 
 
 def test_links_per_connection_are_bounded_and_closed_links_are_released() -> None:

@@ -171,7 +171,10 @@ class ConnState:
         self.scanner = FrameScanner()
         self.transport = Transport(Transport.SERVER)
         self.transport.max_frame_size = 1024 * 1024
-        self.transport.idle_timeout = limits.idle_timeout  # advertised in OPEN, enforced by tick()
+        # advertised in OPEN (proton says half); enforced by the server (_tick), which checks
+        # before proton would (proton's deadline starts at a tick after the last input)
+        self.transport.idle_timeout = limits.idle_timeout
+        self.last_input = time.monotonic()
         sasl = self.transport.sasl()
         sasl.allow_insecure_mechs = True
         sasl.allowed_mechs("ANONYMOUS PLAIN")
@@ -408,6 +411,7 @@ class Server:
             if data == b"":
                 self._lost(state)
                 return
+            state.last_input = time.monotonic()
             if data and not state.closing:  # once we close, the peer's input is dropped
                 state.scanner.feed(data)
                 state.unpushed = memoryview(data)
@@ -600,14 +604,21 @@ class Server:
 
     def _tick(self, state: ConnState, mono: float, now_s: float) -> None:
         """Once a second per connection: deadlines, the idle timeout, token expiries."""
-        if state.closing and mono >= state.close_by:
-            self._lost(state)
+        if state.closing:
+            if mono >= state.close_by:
+                self._lost(state)
             return
         if not state.opened and mono >= state.open_deadline:
             log.info("connection %s: no OPEN within %.1f s (--open-timeout): closed", state.model_conn, self.limits.open_timeout)
             self._lost(state)
             return
-        state.transport.tick(mono)  # proton closes it past the idle timeout (amqp:resource-limit-exceeded)
+        if mono - state.last_input >= self.limits.idle_timeout:
+            # ours, not proton's (whose CLOSE would lack the info map the SDKs read)
+            self._shut(state, "amqp:resource-limit-exceeded",
+                       f"No frame for {self.limits.idle_timeout:g} s (--idle-timeout); the connection is closed.")
+            self._flush(state)
+            return
+        state.transport.tick(mono)  # heartbeats (empty frames) the client asked for
         for link in list(state.granted):
             if link.state & Endpoint.LOCAL_CLOSED:  # (a session receiver still waiting is LOCAL_UNINIT: checked too)
                 state.granted.discard(link)
