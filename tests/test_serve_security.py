@@ -176,6 +176,21 @@ def test_a_token_grant_expires_and_detaches_its_links(srv: InProcess) -> None:
     assert srv.active("guarded") == 1, "a message was stored after the token expired"
 
 
+def test_an_unauthenticated_client_cannot_take_or_settle(srv: InProcess) -> None:
+    c = authorized_sender(srv.port, "guarded")
+    c.send(c.transfer(5, message_bytes(b"kept", "kept")))
+    c.read(2, until=lambda f: len(f.of(DISPOSITION)) > 1)
+    c.close()
+    thief = RawClient(srv.port)
+    thief.open_session()
+    thief.send(attach("take", 0, "guarded", False), flow(0, 100),
+               frame(performative(DISPOSITION, True, uint(0), uint(100), True, Described(ulong(0x24), []))))
+    thief.read(1.5)
+    assert not thief.frames.of(TRANSFER), "a message was delivered to a client without a token"
+    assert any(condition_of(p[2]) == "amqp:unauthorized-access" for p in thief.frames.of(DETACH))
+    assert srv.active("guarded") == 1
+
+
 def test_management_requests_are_authorized(srv: InProcess) -> None:
     from proton import Message
 

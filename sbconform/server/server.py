@@ -14,6 +14,13 @@ again whenever their entity changes, and at the next instant time alone changes 
 Locks belong to AMQP connections: an abrupt disconnect (no CLOSE frame) loses every lock
 the connection held (SETTLE-LOCK-009); a clean close keeps them until they expire, as
 the in-process reference target does.
+
+Under attack (SECURITY.md): authorization is a property of the link (``sb_role``: granted
+at attach under a token, checked again for every transfer and management request and every
+second against the token's expiry, ``_admit`` / ``_tick``); every message passes the door
+(``_check_storable``) before it is stored; each connection's work runs in its own fault
+boundary (``_guard``); and every resource is bounded by ``Limits`` (sizes, output, time,
+connections, links, tokens, credit).
 """
 
 from __future__ import annotations
