@@ -1138,8 +1138,13 @@ class Server:
         link.advance()
         address = _entity_path(link.remote_target.address)
         if address == "$cbs":
-            self._cbs(state, data)
-            dlv.update(Delivery.ACCEPTED)
+            try:
+                self._cbs(state, data)
+            except Refused as refused:  # not a message at all: the client's mistake, not ours
+                dlv.local.condition = _error("amqp:decode-error", str(refused))
+                dlv.update(Delivery.REJECTED)
+            else:
+                dlv.update(Delivery.ACCEPTED)
             dlv.settle()
             return
         if address.endswith("$management") or address == "$sbconform":
@@ -1235,7 +1240,10 @@ class Server:
     # ------------------------------------------------------------------ CBS
     def _cbs(self, state: ConnState, data: bytes) -> None:
         request = Message()
-        request.decode(data)
+        try:
+            request.decode(data)
+        except Exception as error:  # noqa: BLE001 - whatever proton cannot decode
+            raise Refused(f"The put-token request could not be decoded: {error}") from None
         props = request.properties or {}
         status, description = 200, "OK"
         try:
