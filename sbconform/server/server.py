@@ -859,8 +859,10 @@ class Server:
         want = path.lower()
         now = time.time() if now is None else now
         expired = False
-        for audience, expiry in state.audiences.items():
-            if audience == "" or want == audience or want.startswith(audience + "/"):
+        parts = want.split("/")
+        for audience in ["", *("/".join(parts[:i]) for i in range(1, len(parts) + 1))]:  # the path and its parents
+            expiry = state.audiences.get(audience)
+            if expiry is not None:
                 if expiry > now:
                     return
                 expired = True
