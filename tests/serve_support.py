@@ -249,8 +249,12 @@ def condition_of(perf) -> str | None:
 class RawClient:
     """A socket speaking AMQP frames built by hand (to do what no client library would)."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket()
+        if rcvbuf is not None:  # a small receive buffer: a peer that reads little fills up at once
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
         self.port = port
         self.frames = Frames()
         self.closed = False
