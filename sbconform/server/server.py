@@ -698,8 +698,7 @@ class Server:
                 session.open()
                 state.sessions.add(session)
         elif kind == Event.SESSION_REMOTE_CLOSE:
-            event.session.close()
-            state.sessions.discard(event.session)
+            self._end_session(state, event.session)
         elif kind == Event.CONNECTION_REMOTE_OPEN:
             c = event.connection
             state.opened = True
@@ -916,6 +915,25 @@ class Server:
             link.receiving = None
         if close and link.state & Endpoint.LOCAL_ACTIVE:
             link.close()
+
+    def _end_session(self, state: ConnState, session: Any) -> None:
+        """The client ended a session (its links with it): forget them, then free it (else
+        proton keeps it for the whole connection, and BEGIN/END loops grew without bound)."""
+        for r in list(state.receivers) + list(state.pending_sessions):
+            if r.link.session == session:
+                self._detach(state, r.link)
+                if r in state.pending_sessions:
+                    state.pending_sessions.remove(r)
+        for address, link in list(state.reply_links.items()):
+            if link.session == session:
+                del state.reply_links[address]
+        for link in list(state.granted) + list(state.fed):
+            if link.session == session:
+                state.granted.discard(link)
+                state.fed.discard(link)
+        session.close()
+        state.sessions.discard(session)
+        session.free()
 
     @staticmethod
     def _release(state: ConnState, link: Link) -> None:
