@@ -310,3 +310,14 @@ def test_200_concurrent_connections(serve: Serve) -> None:
         for conn in connections:
             conn.close()
     assert sorted(got) == sorted(f"c{i}" for i in range(count)), f"{len(got)} of {count} messages stored"
+
+
+def test_a_config_may_forward_to_an_entity_listed_after_its_source() -> None:
+    """Forwarding is set once every entity exists (a queue forwarding to a topic, listed first)."""
+    from sbconform.server.config import parse_config
+
+    config = parse_config({"UserConfig": {"Namespaces": [{"Name": "n",
+        "Queues": [{"Name": "a", "Properties": {"ForwardTo": "t"}}, {"Name": "b", "Properties": {}}],
+        "Topics": [{"Name": "t", "Properties": {}, "Subscriptions": [{"Name": "s", "Properties": {"ForwardTo": "b"}}]}]}]}})
+    ns = config.build()
+    assert ns.describe("a").forward_to == "t" and ns.describe("t/Subscriptions/s").forward_to == "b"

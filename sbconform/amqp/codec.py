@@ -132,6 +132,9 @@ MESSAGE_STATES = {"deferred": 1, "scheduled": 2}
 MESSAGE_ID, USER_ID, TO, SUBJECT, REPLY_TO, CORRELATION_ID, CONTENT_TYPE = 0, 1, 2, 3, 4, 5, 6
 GROUP_ID = 10
 REPLY_TO_GROUP_ID = 12
+#: AMQP types an application property may not hold (3.2.5: "simple types only, that is, excluding map, list,
+#: and array types"; described values stay: Service Bus has its own, com.microsoft:timespan and others)
+COMPOUND_KINDS = frozenset({"list", "map", "array"})
 #: the properties fields the model reads (and a rule action may change), by list index
 MODEL_FIELDS = ((MESSAGE_ID, "message_id"), (TO, "to"), (SUBJECT, "subject"), (REPLY_TO, "reply_to"),
                 (CORRELATION_ID, "correlation_id"), (CONTENT_TYPE, "content_type"), (GROUP_ID, "session_id"),
@@ -149,7 +152,8 @@ class Envelope:
     properties: tuple[bytes, ...] | None = None  # raw fields of the properties list; None: no section
     application: tuple[tuple[str, bytes], ...] | None = None  # (key, raw key + value); None: no section
     application_section: bytes = b""  # the whole application-properties section as sent
-    body: bytes = b""  # the body sections; b"": the message had none
+    body: bytes = b""  # the body sections; b"": the message had none (unless data_body)
+    data_body: bool = False  # the body is one data section holding the model's body, as ``_data_prefix`` encodes it
     footer: bytes = b""  # the whole section, or nothing
     texts: tuple[tuple[int, Any], ...] = ()  # (properties index, the model's value) as decoded
     application_values: Any = None  # the application properties as decoded (a rule action may change them)
@@ -260,11 +264,18 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
             application_section = bytes(data[start:end])
             application = []
             for key, raw in _entries(data, at):
+                # AMQP 1.0 part 3, 3.2.5: string keys, simple values; anything else this broker
+                # could not hand back as an application property, so it is refused at the door
+                if raw[0] not in (0xA1, 0xB1):
+                    raise WireError(f"application property key {key!r} is not a string (AMQP 1.0 part 3, 3.2.5)")
+                kind, value, _ = read_typed(raw, skip(raw, 0))
+                if kind in COMPOUND_KINDS:
+                    raise WireError(f"application property {str(key)!r} holds a {kind}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
                 name = str(key)
                 application.append((name, raw))
-                app_values[name] = read(raw, skip(raw, 0))[0]
+                app_values[name] = value
         elif code in BODY_SECTIONS:
-            body_parts.append(bytes(data[start:end]))
+            body_parts.append((code, start, end))
             if code == DATA:
                 model_body.append(read(data, at)[0])
             elif code == AMQP_VALUE and data[at] in (0xA0, 0xB0, 0xA1, 0xB1):
@@ -282,11 +293,15 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
     message_id = text(MESSAGE_ID)
     if message_id is None and assign_message_id:
         message_id = uuid.uuid4().hex
+    # one data section encoded as this codec encodes it (the common case): the envelope keeps no
+    # second copy of the payload, it is written again from the model's body (memory: one copy)
+    data_body = (len(body_parts) == 1 and body_parts[0][0] == DATA
+                 and bytes(data[body_parts[0][1]:body_parts[0][2] - len(model_body[0])]) == _data_prefix(len(model_body[0])))
     envelope = Envelope(
         durable=durable, priority=priority, delivery_annotations=delivery_annotations,
         annotations=tuple(annotations), properties=None if props is None else tuple(props),
         application=None if application is None else tuple(application), application_section=application_section,
-        body=b"".join(body_parts), footer=footer,
+        body=b"" if data_body else b"".join(bytes(data[a:b]) for _, a, b in body_parts), data_body=data_body, footer=footer,
         texts=tuple((index, _model_text(index, text(index))) for index, _ in MODEL_FIELDS),
         application_values=dict(app_values) if application is not None else None,
     )
@@ -383,10 +398,18 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
             app += [v.string(k) + v.value(x) for k, x in current.items() if k not in kept and k not in extra]
         app += [v.string(k) + v.string(x) for k, x in extra.items()]
         out.append(v.described(APPLICATION_PROPERTIES, v.map_entries(app)))
-    out.append(env.body if env.body or wire is not None else v.described(DATA, v.binary(m.body)))
+    if env.data_body:
+        out.append(_data_prefix(len(m.body)) + m.body)
+    else:
+        out.append(env.body if env.body or wire is not None else v.described(DATA, v.binary(m.body)))
     if env.footer:
         out.append(env.footer)
     return b"".join(out)
+
+
+def _data_prefix(n: int) -> bytes:
+    """A data section's bytes before its payload of ``n`` bytes (vbin8 below 256, else vbin32)."""
+    return b"\x00\x53\x75" + (b"\xa0" + bytes([n]) if n < 256 else b"\xb0" + n.to_bytes(4, "big"))
 
 
 def _same(a: Any, b: Any) -> bool:

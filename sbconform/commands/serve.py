@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 
+#: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py)
+LIMIT_FLAGS = {
+    "--max-delivery-size": ("max_delivery_size", int, "largest delivery in bytes, over all its frames; past it the connection is closed"),
+    "--max-output-buffer": ("max_output_buffer", int, "bytes buffered for one connection before the server stops reading from and sending to it"),
+    "--open-timeout": ("open_timeout", float, "seconds a new connection has to send its OPEN"),
+    "--idle-timeout": ("idle_timeout", float, "seconds without a frame before a connection is closed (advertised in OPEN)"),
+    "--max-connections": ("max_connections", int, "connections served at once; more are closed on accept"),
+    "--max-links": ("max_links", int, "links open at once on one connection"),
+    "--max-tokens": ("max_tokens", int, "CBS tokens (audiences) one connection may hold"),
+    "--link-credit": ("link_credit", int, "credit granted to each sending link"),
+}
+
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        print(f"sbconform serve: --port {args.port}: expected 0 to 65535 (0 picks a free port)", file=sys.stderr)
+        return 2
     try:
         from ..server import ConfigError, Server, load_config
+        from ..server.limits import Limits
     except ImportError as error:  # the sdk extra is missing
         print(f"sbconform serve needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
         return 2
+    chosen = {}
+    for flag, (name, _kind, _help) in LIMIT_FLAGS.items():
+        value = getattr(args, name)
+        if value is not None:
+            if value <= 0:
+                print(f"sbconform serve: {flag} {value}: expected a positive number", file=sys.stderr)
+                return 2
+            chosen[name] = value
+    limits = Limits(**chosen)
     try:
         config = load_config(args.config)
     except ConfigError as error:
@@ -20,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     defaults = args.config is None and _default_entities(config)
     _logging(args, config)
-    server = Server(config, args.host, args.port)
+    server = Server(config, args.host, args.port, limits=limits)
     try:
         port = server.start()
-    except OSError as error:
-        print(f"sbconform serve: cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
+    except (OSError, OverflowError) as error:
+        print(f"sbconform serve: cannot listen on {args.host}:{args.port}: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
         return 2
     http_port = args.http_port if args.http_port is not None else (0 if args.port == 0 else 5300)
     management = ""
@@ -60,6 +86,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the management REST API (ServiceBusAdministrationClient); default 5300 (0 with --port 0: a free port); -1: none")
     p.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
                    help="connections, refused tokens and entity changes are logged at info (default: warning, or info when the config's Logging asks for it)")
+    try:
+        from ..server.limits import Limits
+
+        defaults = Limits()
+    except ImportError:  # the sdk extra is missing: run() says so
+        defaults = None
+    for flag, (name, kind, text) in LIMIT_FLAGS.items():
+        default = f" (default {getattr(defaults, name)})" if defaults is not None else ""
+        p.add_argument(flag, dest=name, type=kind, default=None, help=text + default)
     p.set_defaults(func=run)
 
 
@@ -76,7 +111,6 @@ def _logging(args: argparse.Namespace, config) -> None:
     """``--log-level``, else the config's ``UserConfig.Logging.Type`` (``Console``: info on stderr;
     ``File``: info in ``sbconform-serve.log`` beside the config), else warnings only."""
     import json
-    import logging
     from pathlib import Path
 
     kind = None

@@ -54,6 +54,29 @@ _PROPERTIES = {
 #: accepted but without effect in the model
 _IGNORED = {"ForwardDeadLetteredMessagesTo", "Status", "AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
 
+#: the keys each object of the file may hold (the emulator's schema and our extensions);
+#: any other key is an error naming its JSON path
+_KEYS = {
+    "root": {"UserConfig"},
+    "user": {"Namespaces", "Logging"},
+    "logging": {"Type"},
+    "namespace": {"Name", "Sku", "PartitionCount", "SharedAccessKeys", "Queues", "Topics"},
+    "key": {"KeyName", "Key"},
+    "queue": {"Name", "Properties"},
+    "topic": {"Name", "Properties", "Subscriptions"},
+    "subscription": {"Name", "Properties", "Rules"},
+}
+
+# Entity names as Service Bus allows them: a queue or topic path is at most 260 characters,
+# cannot start or end with a slash (QueueProperties.Name,
+# https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.administration.queueproperties.name),
+# and "Entity segments can contain only letters, numbers, periods (.), hyphens (-), and
+# underscores (_)" (the service's 400 answer, SubCode 40000); a subscription name is one such
+# segment of at most 50 characters. So no name can be '$cbs', '$management' or
+# 'q/$DeadLetterQueue'. A path with a 'Subscriptions' segment would be routed to a topic's
+# subscription (``t/Subscriptions/s``), never to it: refused as unreachable.
+_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
+
 
 class ConfigError(ValueError):
     """A configuration problem, naming the file and the JSON path."""
@@ -74,18 +97,34 @@ class Config:
     def build(self) -> Namespace:
         """A model namespace holding the configured entities."""
         ns = Namespace(self.namespace_name, sku=self.sku, partition_count=self.partition_count)
+        # two passes: a forwarding destination must exist when forwarding is set (SETTLE-FWD-001),
+        # and a config may list it after its source: forwarding is set once everything exists
+        later: list[tuple[str, dict]] = []
+
+        def without_forwarding(path: str, props: dict) -> dict:
+            forwarding = {k: v for k, v in props.items() if k in FORWARDING and v is not None}
+            if forwarding:
+                later.append((path, forwarding))
+            return {k: v for k, v in props.items() if k not in forwarding}
+
         for name, props in self.queues:
-            ns.create_queue(name, **props)
+            ns.create_queue(name, **without_forwarding(name, props))
         for name, props, subs in self.topics:
-            ns.create_topic(name, **props)
+            ns.create_topic(name, **without_forwarding(name, props))
             for sub, sub_props in subs:
-                ns.create_subscription(name, sub, **sub_props)
+                ns.create_subscription(name, sub, **without_forwarding(f"{name}/Subscriptions/{sub}", sub_props))
                 if (name, sub) in self.rules:
                     path = f"{name}/Subscriptions/{sub}"
                     ns.remove_rule(path, "$Default")
                     for rule in self.rules[(name, sub)]:
                         ns.add_rule(path, rule)
+        for path, forwarding in later:
+            ns.update(path, **forwarding)
         return ns
+
+
+#: entity properties naming another entity, set after every entity exists
+FORWARDING = ("forward_to", "forward_dead_lettered_messages_to")
 
 
 def iso_duration_ms(text: str) -> int:
@@ -96,6 +135,34 @@ def iso_duration_ms(text: str) -> int:
     d, h, mi, s = (m[k] for k in "dhms")
     total = (int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi or 0) * 60) * 1000
     return total + round(float(s or 0) * 1000)
+
+
+def _keys(entry: Any, kind: str, where: str) -> None:
+    """Unknown keys are errors (a misspelt ``Queues`` must not silently mean no queues)."""
+    if isinstance(entry, dict):
+        for key in entry:
+            if key not in _KEYS[kind]:
+                at = f"{where}.{key}" if where else str(key)
+                raise ConfigError(f"{at}: unknown key (known here: {', '.join(sorted(_KEYS[kind]))})")
+
+
+def check_entity_name(name: str, subscription: bool = False) -> str | None:
+    """Why ``name`` cannot be an entity's name, or None."""
+    limit = 50 if subscription else 260
+    if len(name) > limit:
+        return f"{name[:40]!r}...: longer than {limit} characters"
+    segments = [name] if subscription else name.split("/")
+    for segment in segments:
+        if not _SEGMENT.match(segment):
+            if subscription and "/" in name:
+                return f"{name!r}: a subscription name is one segment, without '/'"
+            if segment == "":
+                return f"{name!r}: empty segment (a name cannot start or end with '/', nor hold '//')"
+            return (f"{name!r}: segment {segment!r} holds characters Service Bus does not allow (letters, digits, "
+                    f"'.', '-' and '_' only; '$' names such as '$cbs' or '$DeadLetterQueue' are the broker's)")
+    if not subscription and "/subscriptions/" in name.lower() + "/":
+        return f"{name!r}: unreachable, its 'Subscriptions' segment routes to a topic's subscription"
+    return None
 
 
 def _properties(raw: Any, where: str) -> dict[str, Any]:
@@ -116,6 +183,8 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
                 out[name] = iso_duration_ms(value)
             except ValueError as error:
                 raise ConfigError(f"{at}: {error}") from None
+            if out[name] <= 0:
+                raise ConfigError(f"{at}: expected a positive duration, got {value!r}")
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ConfigError(f"{at}: expected true or false, got {value!r}")
@@ -123,6 +192,8 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
         elif kind in ("int", "kilobytes"):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{at}: expected an integer, got {value!r}")
+            if value <= 0:
+                raise ConfigError(f"{at}: expected a positive integer, got {value!r}")
             out[name] = value * KB if kind == "kilobytes" else value
         elif kind == "path":
             if value in ("", None):
@@ -133,12 +204,18 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _name(entry: Any, where: str) -> str:
+def _name(entry: Any, where: str, kind: str | None = None) -> str:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected an object, got {type(entry).__name__}")
+    if kind is not None:
+        _keys(entry, kind, where)
     name = entry.get("Name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.Name: expected a non-empty string, got {name!r}")
+    if kind in ("queue", "topic", "subscription"):
+        problem = check_entity_name(name, subscription=kind == "subscription")
+        if problem is not None:
+            raise ConfigError(f"{where}.Name: {problem}")
     return name
 
 
@@ -160,6 +237,13 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         raise fail("UserConfig", "missing (expected {\"UserConfig\": {\"Namespaces\": [...]}})")
     user = data["UserConfig"]
     try:
+        _keys(data, "root", "")
+        _keys(user, "user", "UserConfig")
+        logging = user.get("Logging")
+        if logging is not None:
+            if not isinstance(logging, dict):
+                raise ConfigError(f"UserConfig.Logging: expected an object, got {type(logging).__name__}")
+            _keys(logging, "logging", "UserConfig.Logging")
         namespaces = _list(user, "Namespaces", "UserConfig")
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
@@ -169,7 +253,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     where = "UserConfig.Namespaces[0]"
     try:
         ns = namespaces[0]
-        config.namespace_name = _name(ns, where)
+        config.namespace_name = _name(ns, where, "namespace")
         sku = ns.get("Sku", "Standard")
         if not isinstance(sku, str) or sku.lower() not in ("basic", "standard", "premium"):
             raise ConfigError(f"{where}.Sku: expected Basic, Standard or Premium, got {sku!r}")
@@ -178,30 +262,52 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         if count is not None and (config.sku != "premium" or count not in (1, 2, 4)):
             raise ConfigError(f"{where}.PartitionCount: 1, 2 or 4, on a Premium namespace only (got {count!r} on {sku})")
         config.partition_count = count
-        keys = _list(ns, "SharedAccessKeys", where)
-        if keys:
+        if "SharedAccessKeys" in ns:  # absent: the emulator's well-known key; present: never empty
+            keys = _list(ns, "SharedAccessKeys", where)
+            if not keys:
+                raise ConfigError(f"{where}.SharedAccessKeys: empty (omit it for the emulator's default key, or list at least one key)")
             config.keys = {}
             for i, entry in enumerate(keys):
                 at = f"{where}.SharedAccessKeys[{i}]"
-                if not isinstance(entry, dict) or not isinstance(entry.get("KeyName"), str) or not isinstance(entry.get("Key"), str):
+                if not isinstance(entry, dict):
                     raise ConfigError(f"{at}: expected {{\"KeyName\": string, \"Key\": string}}")
+                _keys(entry, "key", at)
+                for field_name in ("KeyName", "Key"):
+                    if not isinstance(entry.get(field_name), str) or not entry[field_name]:
+                        raise ConfigError(f"{at}.{field_name}: expected a non-empty string, got {entry.get(field_name)!r}")
+                if entry["KeyName"] in config.keys:
+                    raise ConfigError(f"{at}.KeyName: {entry['KeyName']!r} is listed twice")
                 config.keys[entry["KeyName"]] = entry["Key"]
+        forwards: list[tuple[str, str, str]] = []  # (JSON path, entity, target)
         for i, q in enumerate(_list(ns, "Queues", where)):
             at = f"{where}.Queues[{i}]"
-            config.queues.append((_name(q, at), _properties(q.get("Properties"), f"{at}.Properties")))
+            name = _name(q, at, "queue")
+            config.queues.append((name, _properties(q.get("Properties"), f"{at}.Properties")))
+            forwards.append((f"{at}.Properties.ForwardTo", name, config.queues[-1][1].get("forward_to")))
         for i, t in enumerate(_list(ns, "Topics", where)):
             at = f"{where}.Topics[{i}]"
+            name = _name(t, at, "topic")
             subs = []
             for j, s in enumerate(_list(t if isinstance(t, dict) else {}, "Subscriptions", at)):
                 sat = f"{at}.Subscriptions[{j}]"
-                subs.append((_name(s, sat), _properties(s.get("Properties"), f"{sat}.Properties")))
+                subs.append((_name(s, sat, "subscription"), _properties(s.get("Properties"), f"{sat}.Properties")))
                 try:
                     rules = config_rules(s.get("Rules"), f"{sat}.Rules")
                 except ValueError as error:
                     raise ConfigError(str(error)) from None
                 if rules is not None:
-                    config.rules[(_name(t, at), subs[-1][0])] = rules
-            config.topics.append((_name(t, at), _properties(t.get("Properties"), f"{at}.Properties"), subs))
+                    config.rules[(name, subs[-1][0])] = rules
+                forwards.append((f"{sat}.Properties.ForwardTo", f"{name}/Subscriptions/{subs[-1][0]}", subs[-1][1].get("forward_to")))
+            config.topics.append((name, _properties(t.get("Properties"), f"{at}.Properties"), subs))
+            forwards.append((f"{at}.Properties.ForwardTo", name, config.topics[-1][1].get("forward_to")))
+        entities = {n.lower() for n, _ in config.queues} | {n.lower() for n, _, _ in config.topics}
+        for at, name, target in forwards:
+            if target is None:
+                continue
+            if target.lower() not in entities:
+                raise ConfigError(f"{at}: {target!r} names no queue or topic of this namespace")
+            if target.lower() == name.lower():
+                raise ConfigError(f"{at}: {name!r} cannot forward to itself")
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     try:

@@ -140,8 +140,9 @@ def control(namespace: Any, conn: int, data: bytes, dlv: Delivery, condition: An
     dlv.settle()
 
 
-def open_coordinator(link: Link, credit: int = 100) -> None:
-    """Accept the coordinator link: its target echoed, local transactions offered."""
+def open_coordinator(link: Link) -> None:
+    """Accept the coordinator link: its target echoed, local transactions offered (the server
+    grants its credit)."""
     link.source.copy(link.remote_source)
     link.target.type = Terminus.COORDINATOR
     link.target.capabilities.put_array(False, Data.SYMBOL)
@@ -149,7 +150,6 @@ def open_coordinator(link: Link, credit: int = 100) -> None:
     link.target.capabilities.put_symbol(LOCAL_TRANSACTIONS)
     link.target.capabilities.exit()
     link.open()
-    link.flow(credit)
 
 
 def destination_of(link: Link) -> str | None:

@@ -35,6 +35,12 @@ def normalise(uri: str) -> str:
 
 def check_token(token: str, name: str, keys: dict[str, str], now: float | None = None) -> str:
     """Validate a put-token; returns the audience it grants (normalised) or raises TokenError."""
+    return check_grant(token, name, keys, now)[0]
+
+
+def check_grant(token: str, name: str, keys: dict[str, str], now: float | None = None) -> tuple[str, int]:
+    """Validate a put-token; (the audience it grants, normalised; its expiry, epoch seconds).
+    Service Bus detaches the links a token authorised when it expires: the server keeps the expiry."""
     if not isinstance(token, str) or not token.startswith("SharedAccessSignature "):
         raise TokenError("the token is not a shared access signature")
     fields: dict[str, str] = {}
@@ -64,4 +70,4 @@ def check_token(token: str, name: str, keys: dict[str, str], now: float | None =
     target = normalise(name)
     if not (target == audience or target.startswith(audience + "/")):
         raise TokenError(f"the token's audience {audience!r} does not cover {target!r}")
-    return audience
+    return audience, expiry

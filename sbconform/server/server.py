@@ -14,6 +14,13 @@ again whenever their entity changes, and at the next instant time alone changes 
 Locks belong to AMQP connections: an abrupt disconnect (no CLOSE frame) loses every lock
 the connection held (SETTLE-LOCK-009); a clean close keeps them until they expire, as
 the in-process reference target does.
+
+Under attack (SECURITY.md): authorization is a property of the link (``sb_role``: granted
+at attach under a token, checked again for every transfer and management request and every
+second against the token's expiry, ``_admit`` / ``_tick``); every message passes the door
+(``_check_storable``) before it is stored; each connection's work runs in its own fault
+boundary (``_guard``); and every resource is bounded by ``Limits`` (sizes, output, time,
+connections, links, tokens, credit).
 """
 
 from __future__ import annotations
@@ -55,14 +62,17 @@ from proton import int32
 
 from reference import NEVER, PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
 from reference import Message as ModelMessage
+from reference.message import Delivery as ModelDelivery
+from reference.message import State, StoredMessage
 from reference.entity import Topic
 from reference.partitioning import PartitionedTopic
 
 from ..amqp import codec
 from . import coordinator
 from .config import Config
+from .limits import Limits, Refused, check_message, plain
 from .rules import rule_operation
-from .sas import TokenError, check_token, normalise
+from .sas import TokenError, check_grant, check_token, normalise
 from .wire import BATCH_FORMAT, FrameScanner, WireError, data_sections, skip
 
 log = logging.getLogger("sbconform.serve")
@@ -94,10 +104,7 @@ ENTITY_TYPES = {"queue": 0, "topic": 1, "subscription": 2}
 SESSION_WAIT_MS = 60_000
 DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
 
-#: credit the server keeps granted to each sending client
-SEND_CREDIT = 1000
-#: largest transfer accepted at all (the entity's max message size is checked by the model)
-HARD_LIMIT = 4 * 1024 * 1024
+TRACKING = A("com.microsoft:tracking-id")
 
 
 class WallClock:
@@ -150,11 +157,15 @@ def _tag(delivery: Delivery) -> bytes:
 class ConnState:
     """What the server knows about one client connection."""
 
-    def __init__(self, sock: socket.socket, model_conn: int) -> None:
+    def __init__(self, sock: socket.socket, model_conn: int, limits: Limits = Limits()) -> None:
         self.sock = sock
         self.scanner = FrameScanner()
         self.transport = Transport(Transport.SERVER)
         self.transport.max_frame_size = 1024 * 1024
+        # advertised in OPEN (proton says half); enforced by the server (_tick), which checks
+        # before proton would (proton's deadline starts at a tick after the last input)
+        self.transport.idle_timeout = limits.idle_timeout
+        self.last_input = time.monotonic()
         sasl = self.transport.sasl()
         sasl.allow_insecure_mechs = True
         sasl.allowed_mechs("ANONYMOUS PLAIN")
@@ -163,14 +174,33 @@ class ConnState:
         self.connection.collect(self.collector)
         self.transport.bind(self.connection)
         self.model_conn = model_conn
-        self.audiences: set[str] = set()  # entity paths (lower case) the client holds tokens for
+        self.audiences: dict[str, int] = {}  # entity path (lower case) -> expiry (epoch s) of the token for it
+        self.granted: set[Link] = set()  # entity links opened on a grant (checked again at every tick)
+        self.open_deadline = time.monotonic() + limits.open_timeout
+        self.opened = False  # the client's OPEN arrived
+        self.closing = False  # we closed the connection: its input is read and dropped
+        self.close_by = 0.0  # when closing: the socket is closed at this instant at the latest
+        self.throttled = False  # its output is over the cap: neither read from nor served
+        self.registered = True
+        self.unpushed = memoryview(b"")  # bytes read that proton could not take yet
+        self.links = 0  # links the client has open
+        self.sessions: set[Any] = set()  # its sessions (for the bytes queued in them)
+        self.fed: set[Link] = set()  # links that received transfers in this read (credit top-up)
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
         self.receivers: list["Receiving"] = []
         self.pending_sessions: list["Receiving"] = []
-        self.want_write = False
+        self.events = selectors.EVENT_READ  # what the selector watches for on its socket
         self.closed = False
         self.clean_close = False
         self.tag = 0
+
+    def queued_output(self) -> int:
+        """Bytes of deliveries queued in its sessions, not yet framed for the transport."""
+        return sum(session.outgoing_bytes for session in self.sessions)
+
+    def buffered(self) -> int:
+        """Output held for this peer: framed bytes not yet written, and queued deliveries."""
+        return max(self.transport.pending(), 0) + self.queued_output()
 
 
 class Receiving:
@@ -193,8 +223,12 @@ class Receiving:
 class Server:
     """``Server(config).start()`` binds and returns the port; ``run()`` serves until ``stop()``."""
 
-    def __init__(self, config: Config | None = None, host: str = "127.0.0.1", port: int = 5672, namespace: Namespace | None = None) -> None:
+    def __init__(self, config: Config | None = None, host: str = "127.0.0.1", port: int = 5672, namespace: Namespace | None = None,
+                 limits: Limits | None = None) -> None:
         self.config = config or Config()
+        self.limits = limits or Limits()
+        self._accept_paused_until = 0.0  # out of file descriptors: the listener rests until then
+        self._warned: set[str] = set()  # conditions logged once per episode
         self.clock = WallClock()
         self.namespace = namespace if namespace is not None else self.config.build()
         self.namespace.clock = self.clock  # type: ignore[assignment]
@@ -255,9 +289,13 @@ class Server:
                         except OSError:
                             pass
                     else:
-                        self._io(key.data, mask)
+                        self._guard(key.data, self._io, key.data, mask)
                 while self.calls:
-                    self.calls.pop(0)()
+                    call = self.calls.pop(0)
+                    try:
+                        call()
+                    except Exception:  # an in-process caller's mistake is logged, never fatal
+                        log.exception("error in a call handed to the server loop")
                 self._on_time()
                 self._serve_dirty()
                 self._flush_all()
@@ -265,8 +303,60 @@ class Server:
             for state in list(self.conns.values()):
                 self._close_socket(state)
             if self.listener is not None:
-                self.selector.unregister(self.listener)
+                self._listen(False)
                 self.listener.close()
+
+    # ---------------------------------------------------------- fault boundary
+    def _guard(self, state: ConnState, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one connection's work inside its own fault boundary: whatever fails closes
+        that connection (amqp:internal-error, with the info map the SDKs read), never the
+        process. Its locks are lost as on any dropped connection."""
+        try:
+            return fn(*args)
+        except Exception:
+            log.exception("connection %s failed; closing it", state.model_conn)
+            self._fail(state)
+            return None
+
+    def _fail(self, state: ConnState) -> None:
+        try:
+            self._shut(state, "amqp:internal-error", "The server failed to handle this connection's work; the connection is closed.")
+            self._flush(state)
+        except Exception:
+            pass
+        try:
+            self._lost(state)
+        except Exception:
+            self._close_socket(state)
+
+    def _shut(self, state: ConnState, condition: str, text: str) -> None:
+        """Close the connection with ``condition``; its further input is read and dropped."""
+        if state.closing or state.closed:
+            return
+        state.closing = True
+        state.close_by = time.monotonic() + 2.0
+        try:
+            state.connection.condition = _error(condition, text)
+            if state.connection.state & Endpoint.LOCAL_UNINIT:
+                state.connection.open()
+            state.connection.close()
+        except Exception:
+            pass
+
+    def _warn_once(self, what: str, text: str, *args: Any) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(text, *args)
+
+    # ------------------------------------------------------------ accepting
+    def _listen(self, on: bool) -> None:
+        try:
+            if on:
+                self.selector.register(self.listener, selectors.EVENT_READ, None)  # type: ignore[arg-type]
+            else:
+                self.selector.unregister(self.listener)  # type: ignore[arg-type]
+        except (KeyError, ValueError):
+            pass
 
     def _accept(self) -> None:
         for _ in range(64):
@@ -275,19 +365,35 @@ class Server:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
-                if error.errno in (errno.EMFILE, errno.ENFILE):
-                    log.warning("out of file descriptors: %s", error)
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # back off: the listener rests (no busy loop), one line per episode
+                    self._warn_once("fds", "out of file descriptors (%s): not accepting connections for now; %d open",
+                                    error.strerror, len(self.conns))
+                    self._listen(False)
+                    self._accept_paused_until = time.monotonic() + self.limits.accept_backoff
                 return
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            state = ConnState(sock, self.namespace.connect())
+            if "fds" in self._warned:
+                self._warned.discard("fds")
+                log.warning("accepting connections again")
+            if len(self.conns) >= self.limits.max_connections:
+                self._warn_once("limit", "connection limit reached (%d, --max-connections): refusing new connections", self.limits.max_connections)
+                sock.close()
+                continue
+            self._warned.discard("limit")
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                state = ConnState(sock, self.namespace.connect(), self.limits)
+            except Exception:
+                log.exception("cannot set up an accepted connection")
+                sock.close()
+                continue
             self.conns[sock.fileno()] = state
             log.info("connection %d from %s:%s", state.model_conn, *_addr[:2])
             self.selector.register(sock, selectors.EVENT_READ, state)
 
     def _io(self, state: ConnState, mask: int) -> None:
-        t = state.transport
-        if mask & selectors.EVENT_READ:
+        if mask & selectors.EVENT_READ and not state.throttled and not state.unpushed:
             try:
                 data = state.sock.recv(65536)
             except (BlockingIOError, InterruptedError):
@@ -297,22 +403,34 @@ class Server:
             if data == b"":
                 self._lost(state)
                 return
-            if data:
+            state.last_input = time.monotonic()
+            if data and not state.closing:  # once we close, the peer's input is dropped
                 state.scanner.feed(data)
-                view = memoryview(data)
-                while view:
-                    capacity = t.capacity()
-                    if capacity < 0:
-                        break  # the transport gave up on this input (framing error): it says why, then closes
-                    if capacity == 0:
-                        break
-                    t.push(bytes(view[:capacity]))
-                    view = view[capacity:]
-                    self._events(state)
+                state.unpushed = memoryview(data)
+                self._push(state)
                 if state.closed:
                     return
         self._events(state)
         self._flush(state)
+
+    def _push(self, state: ConnState) -> None:
+        """Hand the bytes read to proton, as much as it takes now. What it cannot take yet
+        is kept (one read at most: the socket is not read again until it is all in)."""
+        t = state.transport
+        view = state.unpushed
+        while view and not state.closing:
+            capacity = t.capacity()
+            if capacity < 0:
+                view = memoryview(b"")  # the transport gave up on this input (framing error): it says why, then closes
+                break
+            if capacity == 0:
+                break
+            t.push(bytes(view[:capacity]))
+            view = view[capacity:]
+            self._events(state)
+        state.unpushed = view if view and not state.closing else memoryview(b"")
+        if not state.closed:
+            self._top_up(state)
 
     def _flush(self, state: ConnState) -> None:
         if state.closed:
@@ -332,17 +450,50 @@ class Server:
             if sent <= 0:
                 break
             t.pop(sent)
-        want_write = t.pending() > 0
-        if want_write != state.want_write:
-            state.want_write = want_write
-            self.selector.modify(state.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0), state)
         if pending < 0 and t.closed:
             self._close_socket(state)
+            return
+        if state.closing and pending <= 0:
+            try:
+                state.sock.shutdown(socket.SHUT_WR)  # our CLOSE is out: end of our stream
+            except OSError:
+                pass
+        want_write = pending > 0
+        # the output cap: a peer that does not read is neither read from nor served (with
+        # nothing framed left, only _serve queues much, and it checks the cap itself)
+        buffered = max(pending, 0) + state.queued_output() if want_write or state.throttled else 0
+        cap = self.limits.max_output_buffer
+        if not state.throttled and buffered > cap:
+            state.throttled = True
+        elif state.throttled and buffered <= cap // 2:
+            state.throttled = False
+            self.dirty.update(r.key for r in state.receivers)
+        reading = not state.throttled and not state.unpushed  # (unpushed: proton takes it first)
+        events = (selectors.EVENT_READ if reading else 0) | (selectors.EVENT_WRITE if want_write else 0)
+        if events != state.events:
+            self._register(state, events)
+
+    def _register(self, state: ConnState, events: int) -> None:
+        try:
+            if events == 0:
+                if state.registered:
+                    self.selector.unregister(state.sock)
+                    state.registered = False
+            elif state.registered:
+                self.selector.modify(state.sock, events, state)
+            else:
+                self.selector.register(state.sock, events, state)
+                state.registered = True
+        except (KeyError, ValueError, OSError):
+            pass
+        state.events = events
 
     def _flush_all(self) -> None:
         for state in list(self.conns.values()):
-            self._events(state)
-            self._flush(state)
+            if state.unpushed:
+                self._guard(state, self._push, state)
+            self._guard(state, self._events, state)
+            self._guard(state, self._flush, state)
 
     def _lost(self, state: ConnState) -> None:
         """The socket is gone. Without a CLOSE first, that is a dropped connection."""
@@ -366,6 +517,7 @@ class Server:
             self.waiting[r.key].discard(r)
         state.receivers.clear()
         state.pending_sessions.clear()
+        state.granted.clear()
         try:
             self.selector.unregister(state.sock)
         except (KeyError, ValueError):
@@ -394,7 +546,9 @@ class Server:
             for r in state.pending_sessions:
                 deadlines.append(r.deadline)
         if self.conns:
-            deadlines.append(now + 1.0)  # transports' idle-timeout ticks
+            deadlines.append(now + 1.0)  # transports' idle-timeout ticks, open deadlines, token expiries
+        if self._accept_paused_until:
+            deadlines.append(self._accept_paused_until)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - now)
@@ -431,14 +585,42 @@ class Server:
         mono = time.monotonic()
         for state in list(self.conns.values()):
             if state.pending_sessions:
-                self._retry_sessions(state, mono)
+                self._guard(state, self._retry_sessions, state, mono)
+        if self._accept_paused_until and mono >= self._accept_paused_until:
+            self._accept_paused_until = 0.0
+            self._listen(True)  # try again (a failed accept pauses it anew, without a new line)
         if mono >= self._next_tick:
             self._next_tick = mono + 1.0
+            now_s = time.time()
             for state in list(self.conns.values()):
-                try:
-                    state.transport.tick(mono)
-                except Exception:
-                    pass
+                self._guard(state, self._tick, state, mono, now_s)
+
+    def _tick(self, state: ConnState, mono: float, now_s: float) -> None:
+        """Once a second per connection: deadlines, the idle timeout, token expiries."""
+        if state.closing:
+            if mono >= state.close_by:
+                self._lost(state)
+            return
+        if not state.opened and mono >= state.open_deadline:
+            log.info("connection %s: no OPEN within %.1f s (--open-timeout): closed", state.model_conn, self.limits.open_timeout)
+            self._lost(state)
+            return
+        if mono - state.last_input >= self.limits.idle_timeout:
+            # ours, not proton's (whose CLOSE would lack the info map the SDKs read)
+            self._shut(state, "amqp:resource-limit-exceeded",
+                       f"No frame for {self.limits.idle_timeout:g} s (--idle-timeout); the connection is closed.")
+            self._flush(state)
+            return
+        state.transport.tick(mono)  # heartbeats (empty frames) the client asked for
+        for link in list(state.granted):
+            if link.state & Endpoint.LOCAL_CLOSED:  # (a session receiver still waiting is LOCAL_UNINIT: checked too)
+                state.granted.discard(link)
+                continue
+            try:
+                self._authorize(state, link.sb_path, now_s)
+            except ServiceBusError as error:  # the token expired: Service Bus detaches the link
+                self._detach_with(state, link, _condition(error))
+        self._flush(state)
 
     def _mark_all_dirty(self) -> None:
         self.dirty.update(k for k, v in self.waiting.items() if v)
@@ -447,10 +629,10 @@ class Server:
         while self.dirty:
             key = self.dirty.pop()
             for r in list(self.waiting.get(key, ())):
-                self._serve(r)
+                self._guard(r.conn, self._serve, r)
         for state in list(self.conns.values()):
             if state.pending_sessions:
-                self._retry_sessions(state, time.monotonic())
+                self._guard(state, self._retry_sessions, state, time.monotonic())
 
     # --------------------------------------------------------------- events
     def _events(self, state: ConnState) -> None:
@@ -459,15 +641,14 @@ class Server:
             event = collector.peek()
             if event is None:
                 return
+            if state.closing and event.type != Event.TRANSPORT_CLOSED:
+                collector.pop()  # we closed this connection: what it still says is not acted on
+                continue
             try:
                 self._event(state, event)
             except Exception:  # never let one client's input stop the server
                 log.exception("error handling %s", event.type)
-                try:
-                    state.connection.condition = Condition("amqp:internal-error", "the server failed to handle a frame")
-                    state.connection.close()
-                except Exception:
-                    pass
+                self._shut(state, "amqp:internal-error", "The server failed to handle a frame; the connection is closed.")
             collector.pop()
             if state.closed:
                 return
@@ -487,17 +668,26 @@ class Server:
             if r is not None:
                 self._serve(r)
         elif kind == Event.LINK_REMOTE_OPEN:
+            state.links += 1
+            if state.links > self.limits.max_links:
+                self._shut(state, "amqp:resource-limit-exceeded",
+                           f"More than {self.limits.max_links} links open on one connection (--max-links).")
+                return
             self._attach(state, event.link)
         elif kind == Event.LINK_REMOTE_CLOSE:
+            state.links -= 1
             self._detach(state, event.link)
+            self._release(state, event.link)
         elif kind == Event.SESSION_REMOTE_OPEN:
             session = event.session
             if session.state & Endpoint.LOCAL_UNINIT:
                 session.open()
+                state.sessions.add(session)
         elif kind == Event.SESSION_REMOTE_CLOSE:
-            event.session.close()
+            self._end_session(state, event.session)
         elif kind == Event.CONNECTION_REMOTE_OPEN:
             c = event.connection
+            state.opened = True
             if c.state & Endpoint.LOCAL_UNINIT:
                 c.container = "sbconform"
                 c.open()
@@ -520,16 +710,19 @@ class Server:
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         if link.is_receiver and coordinator.is_coordinator(link):  # a transaction controller (TXN-*)
-            if not state.audiences:
+            if not any(expiry > time.time() for expiry in state.audiences.values()):
                 self._refuse(link, ServiceBusError(ErrorCode.UNAUTHORIZED, "Put a token on $cbs before declaring transactions."))
                 return
+            link.sb_role = "node"  # each declare and discharge stands on its own
             coordinator.open_coordinator(link)
+            self._grant(link, self.limits.link_credit)
             return
         if link.is_receiver:  # the client sends: to an entity, $cbs, or a management node
             address = _entity_path(remote_target.address)
             if address == "$cbs" or address.endswith("$management") or address == "$sbconform":
+                link.sb_role = "node"  # requests: each one is authorized on its own
                 link.open()
-                link.flow(100)
+                self._grant(link, self.limits.link_credit)
                 return
             try:
                 self._authorize(state, address)
@@ -543,8 +736,10 @@ class Server:
                 self._refuse(link, error)
                 return
             self._link_properties(link, address)
+            link.sb_role, link.sb_path = "entity", address
+            state.granted.add(link)
             link.open()
-            link.flow(SEND_CREDIT)
+            self._grant(link, self.limits.link_credit)
             return
         # the client receives
         source_address = remote_source.address
@@ -573,6 +768,8 @@ class Server:
         r.address = source_address or ""
         link.receiving = r
         self._link_properties(link, address)
+        link.sb_role, link.sb_path = "entity", address
+        state.granted.add(link)
         wants, session_id = self._session_filter(remote_source)
         if wants or store.requires_session and wants:
             r.wants_session = True
@@ -657,7 +854,9 @@ class Server:
         }
 
     def _refuse(self, link: Link, error: ServiceBusError) -> None:
-        """ATTACH with a null terminus, then DETACH with the error."""
+        """ATTACH with a null terminus, then DETACH with the error. Nothing is ever granted
+        on it: a transfer on it closes the connection (``_incoming``)."""
+        link.sb_role = "refused"
         if link.is_sender:
             link.source.type = Terminus.UNSPECIFIED  # encoded as a null source
         else:
@@ -666,14 +865,55 @@ class Server:
         link.condition = _condition(error)
         link.close()
 
-    def _authorize(self, state: ConnState, path: str) -> None:
+    def _authorize(self, state: ConnState, path: str, now: float | None = None) -> None:
+        """A token covering ``path`` and not expired, or UNAUTHORIZED. Called at attach, for
+        every transfer and management request, and every second for open links."""
         want = path.lower()
-        for audience in state.audiences:
-            if audience == "" or want == audience or want.startswith(audience + "/"):
-                return
+        now = time.time() if now is None else now
+        expired = False
+        parts = want.split("/")
+        for audience in ["", *("/".join(parts[:i]) for i in range(1, len(parts) + 1))]:  # the path and its parents
+            expiry = state.audiences.get(audience)
+            if expiry is not None:
+                if expiry > now:
+                    return
+                expired = True
+        if expired:
+            raise ServiceBusError(ErrorCode.UNAUTHORIZED, f"The token for '{path}' has expired: put a new one on $cbs.")
         raise ServiceBusError(ErrorCode.UNAUTHORIZED, f"Unauthorized access to '{path}': put a token for it on $cbs first.")
 
-    def _detach(self, state: ConnState, link: Link) -> None:
+    def _grant(self, link: Link, credit: int) -> None:
+        """Issue ``credit`` more; ``sb_granted`` counts every credit ever issued on the link."""
+        link.sb_granted = getattr(link, "sb_granted", 0) + credit
+        link.flow(credit)
+
+    def _top_up(self, state: ConnState) -> None:
+        """After a read: give the links that received transfers their credit back (below half of it)."""
+        limit = self.limits.link_credit
+        for link in state.fed:
+            if link.state & Endpoint.LOCAL_ACTIVE and getattr(link, "sb_role", None) in ("node", "entity"):
+                outstanding = link.sb_granted - getattr(link, "sb_received", 0)
+                if outstanding < limit // 2:
+                    self._grant(link, limit - outstanding)
+        state.fed.clear()
+
+    def _detach_with(self, state: ConnState, link: Link, condition: Condition) -> None:
+        """Detach one of our links with ``error``; transfers still in flight on it are dropped."""
+        link.sb_role = "detached"
+        state.granted.discard(link)
+        r = getattr(link, "receiving", None)
+        if r is not None:
+            self._detach(state, link, close=False)
+        if r in state.pending_sessions:
+            state.pending_sessions.remove(r)
+        if link.state & Endpoint.LOCAL_UNINIT:
+            link.open()
+        if not link.state & Endpoint.LOCAL_CLOSED:
+            link.condition = condition
+            link.close()
+
+    def _detach(self, state: ConnState, link: Link, close: bool = True) -> None:
+        state.granted.discard(link)
         r = getattr(link, "receiving", None)
         if r is not None:
             self.waiting[r.key].discard(r)
@@ -686,8 +926,40 @@ class Server:
                     pass
                 self.dirty.add(r.key)
             link.receiving = None
-        if link.state & Endpoint.LOCAL_ACTIVE:
+        if close and link.state & Endpoint.LOCAL_ACTIVE:
             link.close()
+
+    def _end_session(self, state: ConnState, session: Any) -> None:
+        """The client ended a session (its links with it): forget them, then free it (else
+        proton keeps it for the whole connection, and BEGIN/END loops grew without bound)."""
+        for r in list(state.receivers) + list(state.pending_sessions):
+            if r.link.session == session:
+                self._detach(state, r.link)
+                if r in state.pending_sessions:
+                    state.pending_sessions.remove(r)
+        for address, link in list(state.reply_links.items()):
+            if link.session == session:
+                del state.reply_links[address]
+        for link in list(state.granted) + list(state.fed):
+            if link.session == session:
+                state.granted.discard(link)
+                state.fed.discard(link)
+        session.close()
+        state.sessions.discard(session)
+        session.free()
+
+    @staticmethod
+    def _release(state: ConnState, link: Link) -> None:
+        """Free a link closed on both sides (proton keeps it otherwise, for the whole
+        connection: attach and detach in a loop would grow without bound)."""
+        if not (link.state & Endpoint.LOCAL_CLOSED and link.state & Endpoint.REMOTE_CLOSED):
+            return
+        for address, reply in list(state.reply_links.items()):
+            if reply == link:
+                del state.reply_links[address]
+        if any(r.link == link for r in state.pending_sessions):
+            return
+        link.free()
 
     # -------------------------------------------------------------- receive
     def _serve(self, r: Receiving) -> None:
@@ -699,24 +971,40 @@ class Server:
         if credit <= 0:
             self.waiting[r.key].discard(r)
             return
-        try:
-            found = self.namespace.receive(r.conn.model_conn, r.path, credit, r.mode, r.session_id)
-        except ServiceBusError as error:
-            self.waiting[r.key].discard(r)
-            link.condition = _condition(error)
-            link.close()
+        if r.conn.throttled or r.conn.closing:
+            self.waiting[r.key].add(r)  # served again once the peer reads (``_flush``)
             return
         settled = r.mode == RECEIVE_AND_DELETE
-        for d in found:
-            token = d.lock_token
-            tag = lock_uuid(token).bytes_le if token is not None else self._next_tag(r.conn)
-            dlv = link.delivery(tag)
-            link.send(self._encode(d))
-            link.advance()
-            if settled:
-                dlv.settle()
-            else:
-                dlv.token = token  # type: ignore[attr-defined]
+        cap = self.limits.max_output_buffer
+        found: list = []
+        asked = 0
+        while asked < credit:  # in slices: a peer that does not read gets the cap, one slice and one frame at most
+            if r.conn.buffered() > cap:
+                r.conn.throttled = True
+                self.waiting[r.key].add(r)
+                return
+            want = min(credit - asked, 16)
+            try:
+                part = self.namespace.receive(r.conn.model_conn, r.path, want, r.mode, r.session_id)
+            except ServiceBusError as error:
+                self.waiting[r.key].discard(r)
+                link.condition = _condition(error)
+                link.close()
+                return
+            for d in part:
+                token = d.lock_token
+                tag = lock_uuid(token).bytes_le if token is not None else self._next_tag(r.conn)
+                dlv = link.delivery(tag)
+                link.send(self._encode(d))
+                link.advance()
+                if settled:
+                    dlv.settle()
+                else:
+                    dlv.token = token  # type: ignore[attr-defined]
+            found += part
+            asked += want
+            if len(part) < want:
+                break
         if len(found) < credit:
             if link.drain_mode:
                 link.drained()
@@ -797,27 +1085,71 @@ class Server:
         return codec.encode(d, self.clock.epoch_ms, lock_token)
 
     # ---------------------------------------------------------------- send
-    def _incoming(self, state: ConnState, link: Link, dlv: Delivery) -> None:
+    def _admit(self, state: ConnState, link: Link, dlv: Delivery) -> bool:
+        """The door for every transfer: on a link we granted, within its credit and the
+        delivery size limit, under a token still valid. False: drop it (already answered)."""
+        role = getattr(link, "sb_role", None)
+        if not getattr(dlv, "sb_seen", False):
+            dlv.sb_seen = True
+            if role in (None, "refused"):  # refused or never granted: store nothing, close
+                self._shut(state, "amqp:unauthorized-access", "A transfer on a link the server refused or never granted.")
+                return False
+            if role == "detached":
+                return self._drop(link, dlv)
+            link.sb_received = getattr(link, "sb_received", 0) + 1
+            state.fed.add(link)
+            if link.sb_received > link.sb_granted:  # AMQP 1.0 part 2, 2.6.7: no transfer without credit
+                self._detach_with(state, link, _error(
+                    "amqp:link:transfer-limit-exceeded", f"A transfer beyond the {link.sb_granted} credits granted on this link."))
+                return self._drop(link, dlv)
+        elif role not in ("node", "entity"):
+            return self._drop(link, dlv)
+        limit = self.limits.max_delivery_size
+        if dlv.pending > limit:  # across continuation frames: the connection goes, with its input
+            self._shut(state, "amqp:link:message-size-exceeded",
+                       f"A delivery over {limit} bytes (--max-delivery-size); the connection is closed.")
+            return False
         if dlv.partial:
-            if dlv.pending > HARD_LIMIT:
-                link.condition = Condition("amqp:link:message-size-exceeded", f"A transfer over {HARD_LIMIT} bytes.")
-                link.close()
+            return False
+        if role == "entity":
+            try:
+                self._authorize(state, link.sb_path)
+            except ServiceBusError as error:  # the token expired since the attach
+                self._detach_with(state, link, _condition(error))
+                return self._drop(link, dlv)
+        return True
+
+    @staticmethod
+    def _drop(link: Link, dlv: Delivery) -> bool:
+        """Read and forget a transfer arriving on a link we detached."""
+        if dlv.pending > 0:
+            link.recv(dlv.pending)
+        if not dlv.partial:
+            link.advance()  # transfers on a link arrive one after the other: this is the current one
+            dlv.settle()
+        return False
+
+    def _incoming(self, state: ConnState, link: Link, dlv: Delivery) -> None:
+        if not self._admit(state, link, dlv):
             return
         if not dlv.readable:
             return
         data = link.recv(dlv.pending)
         fmt = state.scanner.message_format(link.name, _tag(dlv))
         link.advance()
-        if link.credit < SEND_CREDIT // 2:
-            link.flow(SEND_CREDIT - link.credit)
         if coordinator.is_coordinator(link):
             coordinator.control(self.namespace, state.model_conn, data, dlv, _condition)
             self._mark_all_dirty()  # a commit's sends and abandons reach waiting receivers now
             return
         address = _entity_path(link.remote_target.address)
         if address == "$cbs":
-            self._cbs(state, data)
-            dlv.update(Delivery.ACCEPTED)
+            try:
+                self._cbs(state, data)
+            except Refused as refused:  # not a message at all: the client's mistake, not ours
+                dlv.local.condition = _error("amqp:decode-error", str(refused))
+                dlv.update(Delivery.REJECTED)
+            else:
+                dlv.update(Delivery.ACCEPTED)
             dlv.settle()
             return
         if address.endswith("$management") or address == "$sbconform":
@@ -837,6 +1169,8 @@ class Server:
                 messages = [self._decode(part) for part in data_sections(data)]
             else:
                 messages = [self._decode(data)]
+            for m in messages:
+                self._check_storable(m)
             if txn is not None:  # TXN-VIS-001: enlisted, committed at discharge
                 via = address if destination is not None else None
                 self.namespace.transactions.send(state.model_conn, txn[0], _entity_path(destination) if via else address, messages, via=via)
@@ -844,6 +1178,8 @@ class Server:
                 self.namespace.send(state.model_conn, _entity_path(destination) if destination else address, messages)
         except ServiceBusError as e:
             error = e
+        except Refused as e:  # the broker could not send it back as it came: refused at the door
+            error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message was refused: {e}")
         except (WireError, Exception) as e:  # undecodable: a rejection, not a crash
             error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message could not be decoded: {e}")
         key = address.split("/", 1)[0].lower()
@@ -864,22 +1200,43 @@ class Server:
             dlv.update(Delivery.ACCEPTED)
         dlv.settle()
 
+    def _check_storable(self, m: ModelMessage) -> None:
+        """Refuse (``Refused``) a message this server could not deliver again: its
+        application properties outside AMQP's rules, or anything ``_encode`` fails on
+        (tried on a stand-in record with the broker's fields set to extreme values)."""
+        check_message(m)
+        if plain(m):
+            return
+        now = self.clock.now
+        stored = StoredMessage(m, 2**62, now, NEVER, 0, State.SCHEDULED if m.scheduled_enqueue_time is not None else State.ACTIVE, 0, 0)
+        stored.lock_token, stored.locked_until = 2**128 - 1, now + 3_600_000
+        stored.dead_letter_reason = stored.dead_letter_description = stored.dead_letter_source = "x"
+        try:
+            self._encode(ModelDelivery(stored))
+        except Exception as error:  # noqa: BLE001 - whatever the encoder objects to
+            raise Refused(f"it could not be delivered again ({type(error).__name__}: {error})") from None
+
     def _decode(self, data: bytes) -> ModelMessage:
         return codec.decode(data, self.clock.epoch_ms)
 
     # ------------------------------------------------------------------ CBS
     def _cbs(self, state: ConnState, data: bytes) -> None:
         request = Message()
-        request.decode(data)
+        try:
+            request.decode(data)
+        except Exception as error:  # noqa: BLE001 - whatever proton cannot decode
+            raise Refused(f"The put-token request could not be decoded: {error}") from None
         props = request.properties or {}
         status, description = 200, "OK"
         try:
             if props.get("operation") != "put-token":
                 raise TokenError(f"unsupported CBS operation {props.get('operation')!r}")
             name = str(props.get("name", ""))
-            check_token(str(request.body), name, self.keys)
-            path = urlparse(name).path.strip("/") if "://" in name else name.strip("/")
-            state.audiences.add(path.lower())
+            _audience, expiry = check_grant(str(request.body), name, self.keys)
+            path = (urlparse(name).path.strip("/") if "://" in name else name.strip("/")).lower()
+            if len(state.audiences) >= self.limits.max_tokens and path not in state.audiences:
+                raise TokenError(f"more than {self.limits.max_tokens} tokens on one connection (--max-tokens)")
+            state.audiences[path] = max(expiry, state.audiences.get(path, 0))
         except TokenError as error:
             status, description = 401, str(error)
             log.info("connection %d: token refused for %s: %s", state.model_conn, props.get("name", "?"), error)
@@ -955,7 +1312,16 @@ class Server:
             found = ns.peek(path, start, count, sid)
             if not found:
                 return 204, {}
-            return 200, {"messages": [{"message": self._encode(d, lock_token=False)} for d in found]}
+            # one reply holds at most --max-delivery-size of messages (at least one): a peek
+            # may return fewer messages than asked, and the client asks again from the next
+            messages, total = [], 0
+            for d in found:
+                encoded = self._encode(d, lock_token=False)
+                if messages and total + len(encoded) > self.limits.max_delivery_size:
+                    break
+                messages.append({"message": encoded})
+                total += len(encoded)
+            return 200, {"messages": messages}
         if operation == "com.microsoft:schedule-message":
             by_time: dict[int, list[ModelMessage]] = defaultdict(list)
             order = []
@@ -1085,7 +1451,12 @@ class Server:
 def _condition(error: ServiceBusError) -> Condition:
     """The AMQP error for a model error. The info map is always present (with the
     tracking id): the SDK reads the error's third field and fails on a shorter list."""
-    return Condition(codec.condition_of(error.code), error.text, {A("com.microsoft:tracking-id"): error.tracking_id})
+    return Condition(codec.condition_of(error.code), error.text, {TRACKING: error.tracking_id})
+
+
+def _error(condition: str, text: str) -> Condition:
+    """An AMQP error the server raises itself, with the same info map as ``_condition``."""
+    return Condition(condition, text, {TRACKING: f"sbconform-{uuid.uuid4()}"})
 
 
 def _uuid(value: Any) -> uuid.UUID:
@@ -1100,11 +1471,11 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def serve_in_thread(config: Config | None = None, host: str = "127.0.0.1", port: int = 0):
+def serve_in_thread(config: Config | None = None, host: str = "127.0.0.1", port: int = 0, limits: Limits | None = None):
     """Start a server on a background thread; returns (server, thread)."""
     import threading
 
-    server = Server(config, host, port)
+    server = Server(config, host, port, limits=limits)
     server.start()
     thread = threading.Thread(target=server.run, name="sbconform-serve", daemon=True)
     thread.start()

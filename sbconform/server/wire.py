@@ -23,6 +23,7 @@ _FRAME = struct.Struct(">IBBH")
 
 TRANSFER = 0x14
 ATTACH = 0x12
+DETACH = 0x16
 DATA_SECTION = 0x75
 
 
@@ -171,8 +172,10 @@ class FrameScanner:
         elif descriptor == ATTACH and len(fields) >= 2:
             name = read_bytes(body, fields[0])
             handle = read_uint(body, fields[1])
-            if name is not None:
+            if name is not None and len(self.names) < 100_000:
                 self.names[(channel, handle or 0)] = name.decode("utf-8", "replace")
+        elif descriptor == DETACH and len(fields) >= 1:  # the handle is free again: forget it
+            self.names.pop((channel, read_uint(body, fields[0]) or 0), None)
 
     def message_format(self, link_name: str, tag: bytes) -> int:
         return self.formats.pop((link_name, tag), 0)

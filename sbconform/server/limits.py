@@ -1,0 +1,113 @@
+"""What ``sbconform serve`` bounds, and what it lets through its door.
+
+``Limits`` holds every resource bound of the server, each with its default and its flag
+of ``sbconform serve`` (README, SECURITY.md). ``check_message`` is the door: a message the
+broker could not store and send back exactly is refused when it is sent, never stored to
+fail later when it is delivered.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
+from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource bounds of one server (flags of ``sbconform serve`` in brackets)."""
+
+    #: largest delivery accepted, summed over its continuation frames; past it the
+    #: connection is closed (amqp:link:message-size-exceeded) [--max-delivery-size]
+    max_delivery_size: int = 4 * MiB
+    #: output buffered for one connection; past it the server stops reading from that
+    #: peer and stops sending it deliveries until it reads [--max-output-buffer]
+    max_output_buffer: int = 8 * MiB
+    #: seconds from TCP accept to the client's OPEN [--open-timeout]
+    open_timeout: float = 10.0
+    #: seconds without a frame before a connection is closed (amqp:resource-limit-exceeded);
+    #: advertised in OPEN as idle-time-out, so clients send empty frames [--idle-timeout]
+    idle_timeout: float = 240.0
+    #: connections open at once; more are accepted and closed at once [--max-connections]
+    max_connections: int = 1000
+    #: links open at once on one connection; past it the connection is closed
+    #: (amqp:resource-limit-exceeded) [--max-links]
+    max_links: int = 1000
+    #: CBS tokens (distinct audiences) held by one connection; more are answered 401 [--max-tokens]
+    max_tokens: int = 10_000
+    #: credit granted to each sending link; transfers beyond it close the link
+    #: (amqp:link:transfer-limit-exceeded) [--link-credit]
+    link_credit: int = 1000
+    #: seconds the listener pauses when the process is out of file descriptors
+    accept_backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{f.name}: expected a positive number, got {value!r}")
+
+
+# AMQP 1.0 part 3, 3.2.5: "The keys of this map are restricted to be of type string (which
+# excludes the possibility of a null key) and the values are restricted to be of simple
+# types only, that is, excluding map, list, and array types."
+_SIMPLE = (
+    type(None), bool, int, float, str, bytes, symbol, char, timestamp, uuid.UUID, ubyte, ushort, uint, ulong,
+    byte, short, int32, float32, decimal32, decimal64, decimal128, datetime.datetime, decimal.Decimal,
+)
+
+
+class Refused(ValueError):
+    """A message the broker does not accept; the text says why (refused with
+    ``com.microsoft:argument-error``)."""
+
+
+def check_message(message: Any) -> None:
+    """Raise ``Refused`` for application properties outside AMQP's rules (a model
+    ``Message``: its ``application_properties``)."""
+    props = message.application_properties
+    if props is None:
+        return
+    if not isinstance(props, Mapping):
+        raise Refused("application-properties is not a map")
+    for key, value in props.items():
+        if type(key) is not str:  # a symbol is a str subclass: refused too
+            raise Refused(f"application property key {key!r} is not a string (AMQP 1.0 part 3, 3.2.5)")
+        if isinstance(value, (dict, list, Array)):
+            raise Refused(f"application property {key!r} holds a {type(value).__name__}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
+        if isinstance(value, (tuple, Described)):
+            continue  # a described value (Service Bus's own: com.microsoft:datetime-offset, timespan, uri)
+        if not isinstance(value, _SIMPLE):
+            raise Refused(f"application property {key!r} holds a {type(value).__name__}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
+
+
+_PLAIN = (str, bytes, bool, float, type(None))
+
+
+def _plain_value(value: Any) -> bool:
+    if type(value) is int:
+        return -(2**62) < value < 2**62
+    return type(value) in _PLAIN
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def plain(message: Any) -> bool:
+    """Every field of a model message (and every application property value) a plain
+    scalar within range: such a message is encoded again by construction, so the server
+    skips its trial encoding (half of a send's cost). Anything else is tried."""
+    names = _FIELDS.get(type(message))
+    if names is None:
+        names = _FIELDS[type(message)] = tuple(f.name for f in fields(message) if f.name != "application_properties")
+    for name in names:
+        if not _plain_value(getattr(message, name)):
+            return False
+    return all(_plain_value(v) for v in message.application_properties.values())
