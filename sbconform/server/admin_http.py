@@ -180,6 +180,10 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("http %s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:
+        if self.path.split("?", 1)[0].rstrip("/") == "/health":
+            # the emulator's readiness endpoint on its HTTP port (EMULATOR_HTTP_PORT, default 5300)
+            self._send(200, b'{"status":"healthy"}', "application/json")
+            return
         self._handle("GET")
 
     def do_PUT(self) -> None:

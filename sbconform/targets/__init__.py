@@ -57,6 +57,19 @@ def _container(**options: Any) -> Target:
 register("container", _container)
 
 
+def _emulator(**options: Any) -> Target:
+    """Microsoft's Service Bus emulator and its SQL Server, started through testcontainers
+    (``accept_eula=Y`` required; ``standin=true`` for sbconform's stand-ins), driven through the SDK."""
+    try:
+        from .emulator import EmulatorTarget
+    except ImportError as error:  # pragma: no cover
+        raise ValueError(f"the emulator target needs the sdk and containers extras: {error}") from None
+    return EmulatorTarget(**options)
+
+
+register("emulator", _emulator)
+
+
 #: name prefixes of targets that exist for the kit's own tests (deliberately broken brokers)
 TEST_ONLY_PREFIXES = ("mutant-",)
 

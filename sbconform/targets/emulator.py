@@ -1,0 +1,124 @@
+"""``--target emulator``: Microsoft's Service Bus emulator, started by testcontainers with its SQL
+Server (sbconform.emulator.ServiceBusEmulatorContainer), driven through the azure-servicebus SDK.
+
+Options (``--option KEY=VALUE``):
+
+- ``accept_eula=Y``: required; the emulator and SQL Server are licensed under their own terms.
+- ``image``, ``sql_image``: default Microsoft's (``mcr.microsoft.com/azure-messaging/servicebus-emulator:latest``,
+  ``mcr.microsoft.com/mssql/server:2022-latest``).
+- ``standin=true``: use sbconform's stand-ins instead (sbconform.standin: they take the emulator's
+  environment, ports and config, for testing the orchestration where the images cannot be pulled).
+- ``config``: a Config.json for the emulator to start with.
+- ``sql_password``, ``control`` (``auto``: the emulator's management API on its HTTP port when it
+  answers, else ``none``: entities come from ``config`` and scenarios creating entities are skipped),
+  ``prefix``.
+
+One emulator per test process, shared by its tests; ``--jobs N`` starts N. What the emulator
+documents it does not support is declared as lacking capabilities, with the source, so those
+scenarios are skipped with that reason; ``expectations/microsoft-emulator.toml`` lists clauses the
+emulator documents it behaves differently on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..emulator import DOCUMENTED_LIMITATIONS, OVERVIEW_URL
+from .sdk import CAPABILITIES, LACKING, SdkTarget
+
+#: what the emulator documents it lacks (one table: sbconform.emulator.DOCUMENTED_LIMITATIONS, which
+#: also writes expectations/microsoft-emulator.toml), and what no emulator offers a test (fault injection)
+EMULATOR_LACKING = {
+    **{capability: f"{reason} ({OVERVIEW_URL})" for capability, reason in DOCUMENTED_LIMITATIONS.items()},
+    "entity-outage": "the emulator cannot make an entity unavailable on request",
+}
+
+_RUNNING: dict[tuple, Any] = {}
+_LOCK = threading.Lock()
+
+
+def shared_emulator(image: str, sql_image: str, config: str | None, sql_password: str) -> Any:
+    from ..emulator import ServiceBusEmulatorContainer
+
+    key = (image, sql_image, config, sql_password)
+    with _LOCK:
+        if key not in _RUNNING:
+            emulator = ServiceBusEmulatorContainer(image, sql_image, accept_eula=True, config=config, sql_password=sql_password)
+            emulator.start()
+            atexit.register(emulator.stop)
+            _RUNNING[key] = emulator
+        return _RUNNING[key]
+
+
+class EmulatorTarget(SdkTarget):
+    name = "emulator"
+
+    def __init__(
+        self,
+        accept_eula: str = "",
+        image: str | None = None,
+        sql_image: str | None = None,
+        standin: str | bool = False,
+        config: str | None = None,
+        sql_password: str | None = None,
+        control: str = "auto",
+        prefix: str = "",
+    ) -> None:
+        from ..emulator import DEFAULT_SQL_PASSWORD, EMULATOR_IMAGE, SQL_IMAGE, EmulatorError
+
+        if str(accept_eula).upper() not in ("Y", "YES", "TRUE", "1"):
+            raise EmulatorError(
+                "the emulator's license terms must be accepted: --option accept_eula=Y "
+                "(github.com/Azure/azure-service-bus-emulator-installer/blob/main/EMULATOR_EULA.txt)"
+            )
+        if config is not None and not Path(config).is_file():
+            raise ValueError(f"config={config!r}: no such file")
+        self.standin = str(standin).lower() in ("1", "true", "yes", "y")
+        self.image, self.sql_image = image or EMULATOR_IMAGE, sql_image or SQL_IMAGE
+        self.config = config
+        self.sql_password = sql_password or DEFAULT_SQL_PASSWORD
+        placeholder = "Endpoint=sb://localhost;SharedAccessKeyName=x;SharedAccessKey=x;UseDevelopmentEmulator=true;"
+        if control not in ("auto", "admin", "none"):
+            raise ValueError(f"control={control!r}: auto or admin (the emulator's management API on its HTTP port), or none")
+        # the emulator has no $sbconform node: the SDK target provisions through its management API
+        super().__init__(connection_string=placeholder, control="none", prefix=prefix)
+        self.management = control != "none"
+        self.connection_string = None
+        base = CAPABILITIES - set(EMULATOR_LACKING) - {"paired-namespaces"}
+        self.capabilities = base if self.management else base - {"entity-management"}
+        self.lacking = {**LACKING, **EMULATOR_LACKING}
+        if not self.management:
+            self.lacking["entity-management"] = "control=none: entities come from the emulator's config file"
+        self.emulator: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out.update(name=self.name, image=self.image, sql_image=self.sql_image, standin=self.standin,
+                   endpoint=f"{'stand-ins of ' if self.standin else ''}Microsoft's emulator (testcontainers)")
+        if self.config:
+            out["config"] = str(self.config)
+        return out
+
+    def open(self) -> None:
+        if self._opened:
+            return
+        if self.standin:
+            from ..emulator import standin_images
+
+            self.image, self.sql_image = standin_images(log=lambda *_: None)
+        self.emulator = shared_emulator(self.image, self.sql_image, self.config, self.sql_password)
+        self.connection_string = self.emulator.get_connection_string()
+        super().open()
+        if self.management:  # ServiceBusAdministrationClient on the HTTP port, as the emulator's README says
+            from azure.servicebus.management import ServiceBusAdministrationClient
+
+            from ..server.admin_http import plain_http_transport
+            from .azure_admin import AdminProvisioner
+
+            management = self.emulator.get_management_connection_string()
+            self.control = AdminProvisioner(management, client=ServiceBusAdministrationClient.from_connection_string(
+                management, transport=plain_http_transport()))
+            self.control_mode = "admin"
