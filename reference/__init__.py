@@ -30,6 +30,17 @@ from .partitioning import (
     partition_of,
     sequence_number,
 )
+from .rules import (
+    DEFAULT_RULE_NAME,
+    FILTER_EVALUATION_DEAD_LETTER_REASON,
+    RULE_NAME_PROPERTY,
+    CorrelationFilter,
+    FalseFilter,
+    Rule,
+    SqlFilter,
+    SqlRuleAction,
+    TrueFilter,
+)
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -16,6 +16,7 @@ from .clock import DAY, MINUTE, NEVER, SECOND, TIMESPAN_MAX
 from .dedup import DuplicateDetection
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message, State, StoredMessage, message_size
+from .rules import RuleSet, route
 from .store import MessageStore
 
 KB = 1024
@@ -49,6 +50,8 @@ class EntityDescription:
     auto_delete_on_idle: int = TIMESPAN_MAX
     enable_partitioning: bool = False
     forward_to: str | None = None
+    #: Subscriptions: a rule that fails to evaluate dead-letters the message (RULES-DLQ-001).
+    dead_lettering_on_filter_evaluation_exceptions: bool = True
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -336,29 +339,62 @@ class FanOut:
         now: int,
         size: int,
         store_of: Callable[[Any], MessageStore],
-        stored_of: Callable[[Any], StoredMessage],
+        stored_of: Callable[[Any, Message, int], StoredMessage],
     ) -> None:
         if message.content_type == PING_CONTENT_TYPE:
             return  # PAIR-PING-002: the broker never hands a ping to a receiver
         subs = list(self.subscriptions.values())
         if not subs:
             return
-        self.bytes += size
-        self.copies[seq] = len(subs)
+        held = 0
         for sub in subs:
+            # RULES-*: each subscription's rules decide its copies (none: not stored there).
+            routed = route(sub.rules, message, sub.description.dead_lettering_on_filter_evaluation_exceptions, seq, now, size)
             store = store_of(sub)
-            if sub.description.forward_to is not None and self.forward(message, seq, now, store, sub.description):
-                self._released_size(seq, size)
+            if routed.dead_letter is not None:
+                # RULES-DLQ-001: a rule failed to evaluate: the message goes to this subscription's DLQ.
+                dead = stored_of(sub, message, seq)
+                dead.dead_letter_reason, dead.dead_letter_description = routed.dead_letter
+                store.tick(now)
+                store.dead_letter_queue.enqueue(dead)
+                held += 1
                 continue
-            stored = stored_of(sub)
-            store.tick(now)
-            if sub.description.requires_session and message.session_id is None:
-                # The copy cannot live in a session subscription: dead-lettered at once.
-                stored.dead_letter_reason = "Session ID is null."
-                stored.dead_letter_description = "Session enabled entity doesn't allow a message whose session identifier is null."
-                store.dead_letter_queue.enqueue(stored)
-                continue
-            store.enqueue(stored)
+            for number, copy in enumerate(routed.copies):
+                copy_seq = seq if number == 0 else self._extra_sequence(seq)
+                if copy_seq != seq:
+                    self.bytes += size
+                    self.copies[copy_seq] = 1
+                else:
+                    held += 1
+                if sub.description.forward_to is not None and self.forward(copy, copy_seq, now, store, sub.description):
+                    if copy_seq == seq:
+                        held -= 1
+                    else:
+                        self._released_size(copy_seq, size)
+                    continue
+                stored = stored_of(sub, copy, copy_seq)
+                store.tick(now)
+                if sub.description.requires_session and copy.session_id is None:
+                    # The copy cannot live in a session subscription: dead-lettered at once.
+                    stored.dead_letter_reason = "Session ID is null."
+                    stored.dead_letter_description = "Session enabled entity doesn't allow a message whose session identifier is null."
+                    store.dead_letter_queue.enqueue(stored)
+                    continue
+                store.enqueue(stored)
+        if held:
+            self.bytes += size
+            self.copies[seq] = held
+
+    def _extra_sequence(self, seq: int) -> int:
+        """A further copy of one message in one subscription (a second matching rule with an
+        action, RULES-ACT-001) gets a sequence number of its own (RULES-D-002)."""
+        next_sequence = getattr(self, "_next_sequence", None)
+        if next_sequence is not None:  # partitioned: the next number of the same partition
+            from .partitioning import partition_of
+
+            return next_sequence(partition_of(seq))
+        self.last_sequence_number += 1
+        return self.last_sequence_number
 
     def _released(self, msg: StoredMessage) -> None:
         self._released_size(msg.sequence_number, msg.size)
@@ -408,6 +444,7 @@ class Subscription:
         self.path = f"{topic.path}/Subscriptions/{name}"
         self.description = description
         self.store = topic._new_store(self.path, description)
+        self.rules = RuleSet()  # RULES-RULE-001: $Default, the true filter
 
 
 class Topic(FanOut, Entity):
@@ -442,9 +479,9 @@ class Topic(FanOut, Entity):
         self.fan_out(
             message, seq, now, size,
             store_of=lambda sub: sub.store,
-            stored_of=lambda sub: StoredMessage(
-                message, seq, now,
-                expiry(now, effective_time_to_live(message.time_to_live, topic_ttl, sub.description.default_message_time_to_live)),
+            stored_of=lambda sub, m, s: StoredMessage(
+                m, s, now,
+                expiry(now, effective_time_to_live(m.time_to_live, topic_ttl, sub.description.default_message_time_to_live)),
                 size,
             ),
         )

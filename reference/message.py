@@ -39,6 +39,7 @@ class Message:
     subject: str | None = None
     to: str | None = None
     reply_to: str | None = None
+    reply_to_session_id: str | None = None
     application_properties: Mapping[str, Any] = field(default_factory=dict)
     _size: int = field(default=-1, init=False, repr=False, compare=False)
 
@@ -86,6 +87,7 @@ def _measure(message: Message) -> int:
         message.subject,
         message.to,
         message.reply_to,
+        message.reply_to_session_id,
     ):
         if value is not None:
             size += len(value) if value.isascii() else len(value.encode("utf-8"))

@@ -19,6 +19,7 @@ from .clock import VirtualClock
 from .entity import KB, MAX_TRANSFER_HOPS, MB, EntityDescription, Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
+from .rules import Rule
 from .partitioning import (
     MAX_PARTITIONED_ENTITIES,
     PREMIUM_PARTITION_COUNTS,
@@ -158,6 +159,25 @@ class Namespace:
         d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
         self._routes.clear()
         return topic.add_subscription(name, d)
+
+    # ------------------------------------------------------------- rules
+
+    def subscription(self, path: str) -> Any:
+        """The subscription at ``<topic>/Subscriptions/<name>``."""
+        entity, store = self._resolve(path)
+        if not isinstance(entity, (Topic, PartitionedTopic)) or store is None or store.is_dead_letter:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not a subscription; rules belong to subscriptions.")
+        return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()]
+
+    def add_rule(self, path: str, rule: Rule) -> None:
+        """RULES-RULE-004: add a rule to a subscription (names are unique in it)."""
+        self.subscription(path).rules.add(rule)
+
+    def remove_rule(self, path: str, name: str) -> None:
+        self.subscription(path).rules.remove(name)
+
+    def list_rules(self, path: str) -> list[Rule]:
+        return self.subscription(path).rules.list()
 
     def _add(self, entity: Entity) -> Any:
         key = entity.path.lower()

@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Sequence
 
 from .clock import NEVER, TIMESPAN_MAX
 from .dedup import DuplicateDetection
+from .rules import RuleSet
 from .entity import PING_CONTENT_TYPE, Entity, EntityDescription, FanOut, effective_time_to_live, expiry
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message, State, StoredMessage
@@ -608,6 +609,7 @@ class PartitionedSubscription:
         self.path = f"{topic.path}/Subscriptions/{name}"
         self.description = description
         self.store = PartitionedStore(topic, [topic._new_store(self.path, description, topic.tokens_for(i)) for i in range(topic.partition_count)])
+        self.rules = RuleSet()  # RULES-RULE-001: $Default, the true filter
 
 
 class PartitionedTopic(FanOut, PartitionedEntity):
@@ -639,5 +641,5 @@ class PartitionedTopic(FanOut, PartitionedEntity):
         self.fan_out(
             message, seq, now, size,
             store_of=lambda sub: sub.store.partitions[index],
-            stored_of=lambda sub: self.stored(message, seq, now, size, index, sub.description.default_message_time_to_live),
+            stored_of=lambda sub, m, s: self.stored(m, s, now, size, index, sub.description.default_message_time_to_live),
         )

@@ -121,5 +121,46 @@ MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, AnyoneMaySettle, ExpiredLock
 #: exercise them (tests/test_paired_stateful.py does).
 PAIRED_MUTANTS = [PingsDelivered]
 
-for _mutant in MUTANTS + PAIRED_MUTANTS:
+
+
+class RuleActionsIgnored(ReferenceTarget):
+    """Accepts rules with actions but never applies them nor copies for them (RULES-ACT-001)."""
+
+    name = "mutant-rule-actions-ignored"
+
+    def add_rule(self, subscription_path, rule):
+        from reference import Rule
+
+        super().add_rule(subscription_path, Rule(rule.name, rule.filter, None))
+
+
+class TwoValuedSqlLogic(ReferenceTarget):
+    """Evaluates SQL filters with two-valued logic: UNKNOWN counts as FALSE at once, so
+    NOT (missing = 1) selects the message (RULES-SQL-003/004)."""
+
+    name = "mutant-two-valued-sql"
+
+    def add_rule(self, subscription_path, rule):
+        from reference import Rule, SqlFilter
+        from reference.sqlfilter import UNKNOWN, Evaluator
+
+        class TwoValued(Evaluator):
+            def eval(self, node):
+                out = super().eval(node)
+                return False if out is UNKNOWN and node[0] in ("cmp", "like", "in") else out
+
+        class TwoValuedFilter(SqlFilter):
+            def matches(self, props):
+                return TwoValued(props).matches(self.parsed)
+
+        f = rule.filter
+        if isinstance(f, SqlFilter):
+            f = TwoValuedFilter(f.expression, f.parameters)
+        super().add_rule(subscription_path, Rule(rule.name, f, rule.action))
+
+
+#: Mutants of subscription rules (tests/test_rules_config.py runs the rules features against them).
+RULES_MUTANTS = [RuleActionsIgnored, TwoValuedSqlLogic]
+
+for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS:
     register(_mutant.name, lambda _cls=_mutant, **options: _cls())

@@ -27,6 +27,8 @@ from typing import Any
 from reference import Namespace, ServiceBusError
 from reference.entity import KB
 
+from .rules import config_rules, config_rules_json
+
 DEFAULT_KEY_NAME = "RootManageSharedAccessKey"
 DEFAULT_KEY = "SAS_KEY_VALUE"
 
@@ -47,6 +49,7 @@ _PROPERTIES = {
     "EnablePartitioning": ("enable_partitioning", "bool"),
     "MaxSizeInMegabytes": ("max_size_in_megabytes", "int"),
     "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
+    "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
 }
 #: accepted but without effect in the model
 _IGNORED = {"ForwardDeadLetteredMessagesTo", "Status", "AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
@@ -65,6 +68,8 @@ class Config:
     queues: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     topics: list[tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]] = field(default_factory=list)
     source: str = "<defaults>"
+    #: (topic, subscription) -> the subscription's rules, replacing $Default (sbconform/server/rules.py)
+    rules: dict[tuple[str, str], list] = field(default_factory=dict)
 
     def build(self) -> Namespace:
         """A model namespace holding the configured entities."""
@@ -75,6 +80,11 @@ class Config:
             ns.create_topic(name, **props)
             for sub, sub_props in subs:
                 ns.create_subscription(name, sub, **sub_props)
+                if (name, sub) in self.rules:
+                    path = f"{name}/Subscriptions/{sub}"
+                    ns.remove_rule(path, "$Default")
+                    for rule in self.rules[(name, sub)]:
+                        ns.add_rule(path, rule)
         return ns
 
 
@@ -185,6 +195,12 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             for j, s in enumerate(_list(t if isinstance(t, dict) else {}, "Subscriptions", at)):
                 sat = f"{at}.Subscriptions[{j}]"
                 subs.append((_name(s, sat), _properties(s.get("Properties"), f"{sat}.Properties")))
+                try:
+                    rules = config_rules(s.get("Rules"), f"{sat}.Rules")
+                except ValueError as error:
+                    raise ConfigError(str(error)) from None
+                if rules is not None:
+                    config.rules[(_name(t, at), subs[-1][0])] = rules
             config.topics.append((_name(t, at), _properties(t.get("Properties"), f"{at}.Properties"), subs))
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
@@ -231,7 +247,9 @@ def config_json(config: Config) -> dict[str, Any]:
         "SharedAccessKeys": [{"KeyName": k, "Key": v} for k, v in config.keys.items()],
         "Queues": [{"Name": n, "Properties": props(p)} for n, p in config.queues],
         "Topics": [
-            {"Name": n, "Properties": props(p), "Subscriptions": [{"Name": s, "Properties": props(sp)} for s, sp in subs]}
+            {"Name": n, "Properties": props(p), "Subscriptions": [
+                {"Name": s, "Properties": props(sp), **({"Rules": config_rules_json(config.rules[(n, s)])} if (n, s) in config.rules else {})}
+                for s, sp in subs]}
             for n, p, subs in config.topics
         ],
     }

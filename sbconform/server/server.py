@@ -59,6 +59,7 @@ from reference.partitioning import PartitionedTopic
 
 from . import coordinator
 from .config import Config
+from .rules import rule_operation
 from .sas import TokenError, check_token, normalise
 from .wire import BATCH_FORMAT, FrameScanner, WireError, data_sections, skip
 
@@ -818,6 +819,8 @@ class Server:
             msg.address = m.to
         if m.reply_to is not None:
             msg.reply_to = m.reply_to
+        if m.reply_to_session_id is not None:
+            msg.reply_to_group_id = m.reply_to_session_id
         # the effective time to live (the entity default caps the message's: SETTLE-TTL-001)
         ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
         annotations = {
@@ -945,6 +948,7 @@ class Server:
             subject=msg.subject,
             to=msg.address,
             reply_to=msg.reply_to,
+            reply_to_session_id=msg.reply_to_group_id or None,
             application_properties=dict(msg.properties or {}),
         )
 
@@ -1082,6 +1086,9 @@ class Server:
             value = body.get("session-state")
             ns.set_session_state(conn, path, str(sid), None if value is None else bytes(value))
             return 200, {}
+        ruled = rule_operation(ns, path, operation, body)  # add-rule, remove-rule, enumerate-rules
+        if ruled is not None:
+            return ruled
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unsupported management operation {operation!r}")
 
     # -------------------------------------------------------------- control

@@ -40,6 +40,7 @@ FIELDS = {
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
+        "dead_lettering_on_filter_evaluation_exceptions",
     }),
 }
 

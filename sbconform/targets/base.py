@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from reference import ErrorCode, Message, ServiceBusError
+from reference import ErrorCode, Message, Rule, ServiceBusError
 
 PEEK_LOCK = "peek-lock"
 RECEIVE_AND_DELETE = "receive-and-delete"
@@ -57,6 +57,7 @@ class Received:
     subject: str | None = None
     to: str | None = None
     reply_to: str | None = None
+    reply_to_session_id: str | None = None
     raw: Any = field(default=None, compare=False, repr=False)  # the target's own object
 
 
@@ -181,6 +182,23 @@ class Target(ABC):
         """The entity's description as ``reference.EntityDescription`` field names and
         values (capability ``entity-management``)."""
         self.require("entity-management")
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ rules
+    def add_rule(self, subscription_path: str, rule: Rule) -> None:
+        """Add a rule (``reference.Rule``: a name, a filter, an optional action) to a
+        subscription (capability ``rules``). An invalid SQL filter or action, or a name
+        already taken, is an error (RULES-SQL-014, RULES-RULE-004)."""
+        self.require("rules")
+        raise NotImplementedError
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        self.require("rules")
+        raise NotImplementedError
+
+    def list_rules(self, subscription_path: str) -> list[Rule]:
+        """The subscription's rules, in the order they were added."""
+        self.require("rules")
         raise NotImplementedError
 
     # -------------------------------------------------------- paired namespaces

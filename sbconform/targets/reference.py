@@ -21,6 +21,7 @@ from reference import (
     Message,
     Namespace,
     NEVER,
+    Rule,
     ServiceBusError,
     VirtualClock,
 )
@@ -50,6 +51,7 @@ CAPABILITIES = frozenset(
         "transactions",
         "auto-forward",
         "paired-namespaces",
+        "rules",
     }
 )
 
@@ -81,6 +83,7 @@ def received_from(delivery: Delivery, raw: Any = None) -> Received:
         subject=message.subject,
         to=message.to,
         reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
         raw=raw,
     )
 
@@ -131,6 +134,15 @@ class ReferenceTarget(Target):
         self.namespace.make_partition_available(path, partition)
     def describe_entity(self, path: str) -> dict[str, Any]:
         return asdict(self.namespace.describe(path))
+
+    def add_rule(self, subscription_path: str, rule: Rule) -> None:
+        self.namespace.add_rule(subscription_path, rule)
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        self.namespace.remove_rule(subscription_path, name)
+
+    def list_rules(self, subscription_path: str) -> list[Rule]:
+        return self.namespace.list_rules(subscription_path)
 
     # ------------------------------------------------------- paired namespaces
     def namespace_name(self) -> str:

@@ -62,6 +62,7 @@ CAPABILITIES = frozenset(
         "auto-forward",
         "presettled-send",
         "transactions",
+        "rules",
     }
 )
 
@@ -388,6 +389,7 @@ class SdkTarget(Target):
         self.t0 = 0.0
         self.created: list[str] = []
         self.handles: list[Handle] = []
+        self._rule_clients: dict[str, Handle] = {}  # subscription path -> receiver whose $management link carries rule operations
         self._opened = False
         self._low_level: LowLevelClient | None = None
         if control == "none":
@@ -520,6 +522,51 @@ class SdkTarget(Target):
     def make_available(self, path: str) -> None:
         self._control().call("entity-availability", path=path, available=True)
 
+    # ------------------------------------------------------------------ rules
+    # The Python SDK has no rule API over AMQP (ServiceBusAdministrationClient speaks HTTP): the
+    # rule operations are sent on the subscription's $management node, through the SDK's own
+    # request-response link of a subscription receiver, in the documented format
+    # (sbconform/server/rules.py). Not retried: a retried add-rule whose first reply was lost
+    # would fail as already existing.
+    def _rule_request(self, subscription_path: str, operation: bytes, body: dict) -> Any:
+        import functools
+
+        from azure.servicebus._common import mgmt_handlers
+
+        handle = self._rule_clients.get(subscription_path)
+        if handle is None:
+            handle = self._rule_clients[subscription_path] = self.receiver(subscription_path)
+        client = handle.private
+        callback = functools.partial(mgmt_handlers.default, amqp_transport=client._amqp_transport)
+        return self._call(client._mgmt_request_response, operation, body, callback)
+
+    def add_rule(self, subscription_path: str, rule: Any) -> None:
+        from azure.servicebus._common.constants import REQUEST_RESPONSE_ADD_RULE_OPERATION
+
+        from ..server.rules import add_rule_body
+
+        self._rule_request(subscription_path, REQUEST_RESPONSE_ADD_RULE_OPERATION, add_rule_body(rule))
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        from azure.servicebus._common.constants import REQUEST_RESPONSE_REMOVE_RULE_OPERATION
+
+        self._rule_request(subscription_path, REQUEST_RESPONSE_REMOVE_RULE_OPERATION, {"rule-name": name})
+
+    def list_rules(self, subscription_path: str) -> list[Any]:
+        from azure.servicebus._common.constants import REQUEST_RESPONSE_GET_RULES_OPERATION
+
+        from ..server.rules import rule_from_description
+
+        rules: list[Any] = []
+        while True:
+            page = self._rule_request(subscription_path, REQUEST_RESPONSE_GET_RULES_OPERATION, {"skip": len(rules), "top": 100})
+            entries = (page or {}).get(b"rules") or (page or {}).get("rules") or []
+            for entry in entries:
+                desc = entry.get(b"rule-description", entry.get("rule-description"))
+                rules.append(rule_from_description(desc))
+            if len(entries) < 100:
+                return rules
+
     # ---------------------------------------------------------------- clients
     def _call(self, fn, *args: Any, **kwargs: Any) -> Any:
         from azure.servicebus.exceptions import ServiceBusError as SdkError
@@ -627,6 +674,7 @@ class SdkTarget(Target):
             subject=message.subject,
             to=message.to,
             reply_to=message.reply_to,
+            reply_to_session_id=message.reply_to_session_id,
             application_properties=dict(message.application_properties) or None,
             **kwargs,
         )
@@ -739,6 +787,7 @@ class SdkTarget(Target):
             subject=m.subject,
             to=m.to,
             reply_to=m.reply_to,
+            reply_to_session_id=m.reply_to_session_id,
             raw=m,
         )
 

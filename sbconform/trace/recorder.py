@@ -401,6 +401,20 @@ class RecordingTarget(Target):
         return self._call("describe-entity", (ADMIN, None), {"entity": path}, lambda: self.target.describe_entity(path),
                           lambda description: [{"entity": path, "result": description}])
 
+    # ---------------------------------------------------------------- rules
+    def add_rule(self, subscription_path: str, rule: Any) -> None:
+        args = {"name": rule.name, "filter": repr(rule.filter), "action": None if rule.action is None else rule.action.expression}
+        self._call("add-rule", (ADMIN, None), {"entity": subscription_path, "args": args},
+                   lambda: self.target.add_rule(subscription_path, rule))
+
+    def remove_rule(self, subscription_path: str, name: str) -> None:
+        self._call("remove-rule", (ADMIN, None), {"entity": subscription_path, "args": {"name": name}},
+                   lambda: self.target.remove_rule(subscription_path, name))
+
+    def list_rules(self, subscription_path: str) -> list[Any]:
+        return self._call("list-rules", (ADMIN, None), {"entity": subscription_path}, lambda: self.target.list_rules(subscription_path),
+                          lambda rules: [{"entity": subscription_path, "result": {"rules": [repr(r) for r in rules]}}])
+
     # --------------------------------------------------------------- faults
     def make_unavailable(self, path: str, code: str = "entity-unavailable", transient: bool | None = None) -> None:
         self._call("entity-down", (ADMIN, None), {"entity": path, "args": {"code": str(code), "transient": transient}},

@@ -55,6 +55,9 @@ OPERATIONS: dict[str, str] = {
     "entity-counts": "entity; ok: result is the counts (active, deferred, scheduled, dead_letter, availability_status; an observation)",
     "entity-down": "fault injection: entity; args: code (the ErrorCode every operation on it answers), transient",
     "entity-up": "fault injection: entity",
+    "add-rule": "entity: the subscription; args: name, filter, action (a subscription rule, RULES-*)",
+    "remove-rule": "entity: the subscription; args.name",
+    "list-rules": "entity: the subscription; ok: result is the rules (an observation)",
 }
 
 #: (name, arrow type, meaning). Every field may be null except trace, pos, time, client,
