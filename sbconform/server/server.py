@@ -108,23 +108,35 @@ TRACKING = A("com.microsoft:tracking-id")
 
 
 class WallClock:
-    """The model's clock on a server: milliseconds since the server started."""
+    """The model's clock on a server: milliseconds since the server started, plus whatever the
+    ``$sbconform`` node was asked to move it forward (``shift``: virtual time on a real endpoint,
+    so a test waits for a lock, a TTL or a schedule without sleeping)."""
 
-    __slots__ = ("start", "epoch_ms")
+    __slots__ = ("start", "epoch_ms", "offset")
 
     def __init__(self) -> None:
         self.start = time.monotonic()
         self.epoch_ms = int(time.time() * 1000)
+        self.offset = 0
 
     @property
     def now(self) -> int:
-        return int((time.monotonic() - self.start) * 1000)
+        return int((time.monotonic() - self.start) * 1000) + self.offset
 
     def advance(self, duration: int) -> int:  # the model never advances a wall clock
         return self.now
 
     def advance_to(self, instant: int) -> int:
         return self.now
+
+    def shift(self, duration: int) -> int:
+        """Move the clock ``duration`` ms forward at once (never back)."""
+        self.offset += max(0, int(duration))
+        return self.now
+
+    def monotonic_of(self, instant: int) -> float:
+        """The ``time.monotonic()`` value at which the clock reads ``instant``."""
+        return self.start + (instant - self.offset) / 1000
 
 
 def lock_uuid(token: int) -> uuid.UUID:
@@ -541,7 +553,7 @@ class Server:
         if any(self.waiting.values()):
             due = self._due_for_waiting()
             if due is not None:
-                deadlines.append(self.clock.start + due / 1000)
+                deadlines.append(self.clock.monotonic_of(due))
         for state in self.conns.values():
             for r in state.pending_sessions:
                 deadlines.append(r.deadline)
@@ -1445,6 +1457,20 @@ class Server:
             return {"cpu": time.process_time()}
         if operation == "now":
             return {"now": self.clock.now, "epoch": self.clock.epoch_ms}
+        if operation == "advance-time":  # virtual time (capability virtual-time through the SDK target)
+            ms = int(body.get("ms", 0))
+            if ms < 0 or ms > 10 * 365 * 86_400_000:
+                raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"advance-time takes 0 to ten years of milliseconds, not {ms}")
+            self.clock.shift(ms)
+            for state in self.conns.values():  # a session wait ends as much sooner
+                for r in state.pending_sessions:
+                    r.deadline -= ms / 1000
+            self._mark_all_dirty()
+            self._on_time()
+            return {"now": self.clock.now}
+        if operation == "next-due":  # how long until time alone changes something, or None
+            due = ns.next_due()
+            return {"in": None if due is None else max(0, due - self.clock.now)}
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unknown control operation {operation!r}")
 
 

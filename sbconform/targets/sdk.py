@@ -191,6 +191,7 @@ class SdkTarget(Target):
         control: str = "auto",
         prefix: str = "",
         secondary: str | None = None,
+        time: str = "real",
     ) -> None:
         try:
             import azure.servicebus  # noqa: F401
@@ -208,9 +209,17 @@ class SdkTarget(Target):
         if control == "auto" and connection_string and not emulator:
             control = "admin"  # a real namespace: Azure's own management API
         self.serve = serve
+        if time not in ("real", "virtual"):
+            raise ValueError(f"time={time!r}: real, or virtual (with serve=true: the endpoint's clock is moved on instead of waiting)")
+        if time == "virtual" and not serve:
+            raise ValueError("time=virtual needs serve=true (an endpoint whose clock the target can move on: sbconform serve)")
+        self.virtual_time = time == "virtual"
         if serve:  # another server is another namespace: a Premium one can be had (premium_namespace)
             self.capabilities = CAPABILITIES | {"premium-namespace"}
             self.lacking = {k: v for k, v in LACKING.items() if k != "premium-namespace"}
+        if self.virtual_time:  # its clock is moved on through its $sbconform node: virtual time
+            self.capabilities = self.capabilities | {"virtual-time"}
+            self.lacking = {k: v for k, v in self.lacking.items() if k != "virtual-time"}
         self.connection_string = connection_string
         self.control_mode = control
         self.prefix = prefix
@@ -224,6 +233,9 @@ class SdkTarget(Target):
         self._opened = False
         self._low_level: LowLevelClient | None = None
         self.secondary_connection_string = secondary  # a pairing's secondary namespace (paired_sdk)
+        self.time_control = False  # the endpoint's clock can be moved on (sbconform serve)
+        self.skew = 0  # ms the endpoint's clock was moved on since open
+        self.clock_partners: list[SdkTarget] = []
         if control == "none":
             self.capabilities = CAPABILITIES - {"entity-management", "partition-outage", "entity-outage", "premium-namespace", "small-quota"}
             self.lacking = {**LACKING, **{c: "entities come from the emulator's config file (control=none)" for c in CAPABILITIES - self.capabilities}}
@@ -265,7 +277,7 @@ class SdkTarget(Target):
                     "127.0.0.1" if self.host == "localhost" else self.host, self.port,
                     parts.get("sharedaccesskeyname", ""), parts.get("sharedaccesskey", ""),
                 )
-                self.control.call("now")
+                server_clock = self.control.call("now")
             except Exception as error:
                 if mode == "amqp":
                     raise RuntimeError(f"the endpoint has no $sbconform control node: {error}") from None
@@ -273,6 +285,16 @@ class SdkTarget(Target):
         self.client = ServiceBusClient.from_connection_string(self.connection_string, retry_total=1, retry_backoff_factor=0.2)
         self.t0 = time.monotonic()
         self.t0_epoch_ms = int(time.time() * 1000)
+        self.skew = 0
+        if self.virtual_time and not (isinstance(self.control, ControlClient) and self._offers_time_control()):
+            raise RuntimeError("sbconform serve started by the target offers no advance-time on its $sbconform node")
+        if self.virtual_time:
+            # the endpoint's clock may already have been moved on (an earlier test on a shared
+            # server): the target's zero is the endpoint's wire time now
+            self.t0_epoch_ms = int(server_clock["epoch"]) + int(server_clock["now"])
+            self.time_control = True
+            self.capabilities = self.capabilities | {"virtual-time"}
+            self.lacking = {k: v for k, v in self.lacking.items() if k != "virtual-time"}
         self._suffix = uuid.uuid4().hex[:8]
         self._opened = True
 
@@ -326,11 +348,6 @@ class SdkTarget(Target):
         from .paired_sdk import namespace_name
 
         return namespace_name(self)
-
-    def share_clock(self, other: Any) -> None:
-        from .paired_sdk import share_clock
-
-        share_clock(self, other)
 
     def _control(self) -> Any:
         if self.control is None:
@@ -645,10 +662,30 @@ class SdkTarget(Target):
         )
 
     def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
-        wait = (self.empty_wait if max_wait is None else max_wait) / 1000
-        got = self._call(receiver.private.receive_messages, max_message_count=max_count, max_wait_time=max(wait, 0.001))
+        wait_ms = self.empty_wait if max_wait is None else max_wait
+        if self.time_control and wait_ms > self.empty_wait:
+            return self._receive_in_virtual_time(receiver, max_count, wait_ms)
+        return self._receive_now(receiver, max_count, wait_ms)
+
+    def _receive_now(self, receiver: Handle, max_count: int, wait_ms: int) -> list[Received]:
+        got = self._call(receiver.private.receive_messages, max_message_count=max_count, max_wait_time=max(wait_ms / 1000, 0.001))
         self._withdraw_credit(receiver.private)
         return [self.received(m, receiver.mode) for m in got]
+
+    def _receive_in_virtual_time(self, receiver: Handle, max_count: int, wait_ms: int) -> list[Received]:
+        """A long wait on an endpoint with virtual time: a short real receive, then, while nothing
+        came, the clock moves to the next instant at which time alone changes something (a lock
+        expiring, a schedule falling due), never past the wait."""
+        left = wait_ms
+        while True:
+            got = self._receive_now(receiver, max_count, min(left, self.empty_wait))
+            left -= min(left, self.empty_wait)
+            if got or left <= 0:
+                return got
+            due = self.control.call("next-due").get("in")
+            step = left if due is None else min(left, max(int(due), 1))
+            self.wait(step)
+            left -= step
 
     @staticmethod
     def _withdraw_credit(client: Any) -> None:
@@ -714,8 +751,35 @@ class SdkTarget(Target):
 
     # ------------------------------------------------------------------- time
     def now(self) -> int:
-        return int((time.monotonic() - self.t0) * 1000)
+        return int((time.monotonic() - self.t0) * 1000) + self.skew
 
     def wait(self, duration: int) -> None:
-        if duration > 0:
+        """Virtual time where the endpoint offers it (``sbconform serve``'s ``advance-time``: locks,
+        TTLs, schedules, session waits and transaction timeouts all follow), real time otherwise."""
+        if duration <= 0:
+            return
+        if self.time_control:
+            for target in [self, *self.clock_partners]:
+                target.control.call("advance-time", ms=int(duration))
+                target.skew += int(duration)
+        else:
             time.sleep(duration / 1000)
+
+    def _offers_time_control(self) -> bool:
+        try:
+            self.control.call("advance-time", ms=0)
+            return True
+        except ServiceBusError:  # an older endpoint: real time
+            return False
+
+    def share_clock(self, other: Target) -> None:
+        """Paired namespaces on two endpoints: both measure time from one instant (paired_sdk), and
+        with virtual time moving one's clock moves both."""
+        from .paired_sdk import share_clock
+
+        share_clock(self, other)
+        other = getattr(other, "unwrap", lambda: other)()
+        if isinstance(other, SdkTarget) and other is not self and other.time_control and self.time_control:
+            if other not in self.clock_partners:
+                self.clock_partners.append(other)
+                other.clock_partners.append(self)
