@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import signal
@@ -198,5 +200,5 @@ def test_progress_is_a_live_line_per_clause_on_a_terminal_and_a_summary_per_area
                    pytest_args=["tests/test_features.py"], out=quiet) == 0
     lines = quiet.getvalue().splitlines()
     assert "\r" not in quiet.getvalue()
-    assert any(line.strip().startswith("settlement: 4 pass") for line in lines), lines
+    assert any(re.match(r"settlement: [4-9] pass", line.strip()) for line in lines), lines
     assert not any("PASSED" in line or "::" in line for line in lines[:-4])  # no test runner output

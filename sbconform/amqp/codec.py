@@ -157,6 +157,7 @@ class Envelope:
     footer: bytes = b""  # the whole section, or nothing
     texts: tuple[tuple[int, Any], ...] = ()  # (properties index, the model's value) as decoded
     application_values: Any = None  # the application properties as decoded (a rule action may change them)
+    assigned_message_id: str | None = None  # the broker's, for a message sent without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +292,9 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
         return _text(kind, value)
 
     message_id = text(MESSAGE_ID)
-    if message_id is None and assign_message_id:
-        message_id = uuid.uuid4().hex
+    # Without a message-id the broker assigns one (what comes back out carries it), but the
+    # message was sent without one: it is no partition or duplicate-detection key (PART-KEY-009)
+    assigned_id = uuid.uuid4().hex if message_id is None and assign_message_id else None
     # one data section encoded as this codec encodes it (the common case): the envelope keeps no
     # second copy of the payload, it is written again from the model's body (memory: one copy)
     data_body = (len(body_parts) == 1 and body_parts[0][0] == DATA
@@ -303,6 +305,7 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
         application=None if application is None else tuple(application), application_section=application_section,
         body=b"" if data_body else b"".join(bytes(data[a:b]) for _, a, b in body_parts), data_body=data_body, footer=footer,
         texts=tuple((index, _model_text(index, text(index))) for index, _ in MODEL_FIELDS),
+        assigned_message_id=assigned_id,
         application_values=dict(app_values) if application is not None else None,
     )
     return WireMessage(
@@ -363,11 +366,12 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
         entries.append(v.symbol(X_PARTITION_ID) + v.short(d.partition))
     out.append(v.described(MESSAGE_ANNOTATIONS, v.map_entries(entries)))
     props = list(env.properties) if env.properties is not None else []
-    if m.message_id is not None and (not props or props[MESSAGE_ID] == b"\x40"):
+    message_id = m.message_id if m.message_id is not None else env.assigned_message_id
+    if message_id is not None and (not props or props[MESSAGE_ID] == b"\x40"):
         if props:
-            props[MESSAGE_ID] = v.string(m.message_id)  # assigned by the broker
+            props[MESSAGE_ID] = v.string(message_id)  # assigned by the broker
         else:
-            props = [v.string(m.message_id)]
+            props = [v.string(message_id)]
     if env.texts:  # what a rule action changed is written anew (RULES-ACT-*); the rest as sent
         decoded = dict(env.texts)
         for index, attr in MODEL_FIELDS:
