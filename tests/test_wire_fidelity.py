@@ -608,3 +608,25 @@ def test_an_application_property_the_amqp_spec_excludes_is_refused_at_send() -> 
     m = Message(body=b"x", inferred=True)
     m.properties = {"described": Described(symbol("com.microsoft:timespan"), 5)}  # Service Bus's own described types pass
     assert "described" in codec.decode(m.encode(), 0).application_properties
+
+
+def test_the_python_sdk_assigns_a_message_id_to_every_message_it_builds() -> None:
+    """The Python SDK 7.15's ServiceBusMessage constructor calls the scheduled_enqueue_time_utc
+    setter even with None, and that setter gives the message a GUID MessageId when it has none:
+    every message built by the SDK carries one (PART-DISC-009). Setting ``message_id = None``
+    afterwards removes it (the SDK target does so to send what the scenario sends)."""
+    from azure.servicebus import ServiceBusMessage
+
+    built = ServiceBusMessage(b"x")
+    assert built.message_id and uuid.UUID(built.message_id)
+    built.message_id = None
+    assert built.raw_amqp_message.properties.message_id is None
+
+
+def test_the_sdk_target_sends_a_message_without_id_as_the_scenario_wrote_it() -> None:
+    from reference import Message
+    from sbconform.targets.sdk import SdkTarget
+
+    target = SdkTarget.__new__(SdkTarget)  # only the message mapping is used: no connection
+    assert target._sdk_message(Message(body=b"x")).message_id is None
+    assert target._sdk_message(Message(body=b"x", message_id="m")).message_id == "m"

@@ -534,7 +534,7 @@ class SdkTarget(Target):
             kwargs["time_to_live"] = dt.timedelta(milliseconds=message.time_to_live)
         if message.scheduled_enqueue_time is not None:
             kwargs["scheduled_enqueue_time_utc"] = self._datetime(message.scheduled_enqueue_time)
-        return ServiceBusMessage(
+        built = ServiceBusMessage(
             message.body,
             message_id=message.message_id,
             session_id=message.session_id,
@@ -548,6 +548,11 @@ class SdkTarget(Target):
             application_properties=dict(message.application_properties) or None,
             **kwargs,
         )
+        if message.message_id is None:
+            # the SDK gave it a GUID MessageId (its constructor does, for every message): send
+            # what the scenario sends, a message without one (PART-KEY-009, PART-DISC-009)
+            built.message_id = None
+        return built
 
     def _datetime(self, ms: int) -> dt.datetime:
         return _EPOCH + dt.timedelta(milliseconds=self.t0_epoch_ms + ms)
