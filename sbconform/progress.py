@@ -75,3 +75,61 @@ def count(done: int, total: int | None, unit: str) -> str:
 
 def rate(done: int, seconds: float, unit: str) -> str:
     return f"{done / max(seconds, 1e-6):,.0f} {unit}/s"
+
+
+class SparkStages:
+    """Spark's progress on a live line: polls the status tracker (``SparkContext.statusTracker()``)
+    from a thread while a job runs and shows, for the stages running, the partitions (tasks)
+    finished of the total as their results come back. Use as a context manager around the
+    action (``collect``); it shows nothing unless ``line`` is live."""
+
+    def __init__(self, tracker, line: LiveLine, what: str = "partitions checked", poll: float = 0.5) -> None:
+        import threading
+
+        self.tracker = tracker
+        self.line = line
+        self.what = what
+        self.poll = poll
+        self.finished_stages: set[int] = set()
+        self._running: dict[int, tuple[int, int, int, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sbconform-spark-progress", daemon=True)
+
+    def __enter__(self) -> "SparkStages":
+        if self.line.live:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll):
+            try:
+                text = self.describe()
+            except Exception:  # the context stopping under us: the line is only a courtesy
+                return
+            if text:
+                self.line.show(text)
+
+    def describe(self) -> str | None:
+        """The line for the stages running now (None before the first stage starts)."""
+        active = set(self.tracker.getActiveStageIds())
+        self.finished_stages |= set(self._running) - active
+        running: dict[int, tuple[int, int, int, int]] = {}
+        for stage in sorted(active):
+            info = self.tracker.getStageInfo(stage)
+            if info is not None:
+                running[stage] = (info.numCompletedTasks, info.numTasks, info.numActiveTasks, info.numFailedTasks)
+        self._running = running
+        if not running:
+            return None
+        parts = []
+        for stage, (done, total, active_tasks, failed) in running.items():
+            parts.append(f"stage {stage}: {done}/{total} {self.what}" + (f" ({active_tasks} running)" if active_tasks else "")
+                         + (f", {failed} failed" if failed else ""))
+        done_note = f"; {len(self.finished_stages)} stage{'s' if len(self.finished_stages) != 1 else ''} done" \
+            if self.finished_stages else ""
+        return f"  Spark {'; '.join(parts)}{done_note}, {self.line.elapsed():.0f} s"
