@@ -22,7 +22,8 @@ from sbconform.progress import LiveLine, SparkStages  # noqa: E402
 from sbconform.trace.generate import generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-LIVE = re.compile(r"  ([\d,]+)/([\d,]+) events checked(?:, file (\d+)/(\d+))?, ([\d,]+) pieces, now (\S+), (\d+) s")
+LIVE = re.compile(r"  ([\d,]+)/([\d,]+) events checked(?:, file (\d+)/(\d+))?, ([\d,]+) pieces"
+                  r"(?: \(([\d,]+) with a violation\))?, now (\S+), (\d+) s")
 
 
 def replay(args: list[str], cwd: Path, terminal: bool) -> tuple[int, str]:
@@ -74,9 +75,12 @@ def test_replay_local_shows_a_live_line_on_a_terminal(traces, trace, args, code)
     assert int(shown[-1].group(1).replace(",", "")) == total  # the last line: everything checked
     done = [int(m.group(1).replace(",", "")) for m in shown]
     assert done == sorted(done) and len(set(m.group(2) for m in shown)) == 1  # counts up to one total
-    assert all(re.fullmatch(r"q\d{4}-[a-z]+", m.group(6)) for m in shown)  # the piece being checked
+    assert all(re.fullmatch(r"q\d{4}-[a-z]+", m.group(7)) for m in shown)  # the piece being checked
     if trace == "broken":
         assert shown[-1].group(3) == "2" and shown[-1].group(4) == "2"  # the second of two bucket files
+        assert shown[-1].group(6) == "1"  # the planted lost message, found as it was checked
+    else:
+        assert not any(m.group(6) for m in shown)
     # the line is erased before the summary, which names the same number of events
     summary = text.split("\r")[-1]
     assert re.match(rf"{total} events in \d+ pieces", summary), text[-500:]

@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
 class _LocalLine:
     """``replay --local``'s live line: events checked of the total, the file (of several),
-    the pieces seen, the piece being checked, elapsed. ``last()`` shows the final state
+    the pieces seen (and those with a violation found), the piece being checked, elapsed. ``last()`` shows the final state
     (the rate limit may have skipped it) before the line gives way to the summary."""
 
     def __init__(self, live: LiveLine) -> None:
@@ -159,7 +159,9 @@ class _LocalLine:
         self.seen = seen
         self.live.show(f"  {count(seen.events, seen.total, 'events')} checked"
                        + (f", file {seen.file}/{seen.files}" if seen.files > 1 else "")
-                       + f", {seen.pieces_seen:,} pieces, now {seen.piece or '-'}, {self.live.elapsed():.0f} s", force)
+                       + f", {seen.pieces_seen:,} pieces"
+                       + (f" ({seen.violations_found:,} with a violation)" if seen.violations_found else "")
+                       + f", now {seen.piece or '-'}, {self.live.elapsed():.0f} s", force)
 
     def last(self) -> None:
         if self.seen is not None:

@@ -59,10 +59,11 @@ def rows_of(batch) -> Iterator[tuple]:
 
 
 def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
-                  progress: Callable[[int, str | None, int], None] | None = None) -> list[dict[str, Any]]:
+                  progress: Callable[[int, str | None, int, int], None] | None = None) -> list[dict[str, Any]]:
     """Check every piece found in ``batches`` (rows of each piece in position order; pieces
-    may interleave). Returns one result per piece. ``progress(rows, piece, pieces)`` after
-    each batch: the rows just checked, the piece of the last one, the pieces seen so far."""
+    may interleave). Returns one result per piece. ``progress(rows, piece, pieces, violations)``
+    after each batch: the rows just checked, the piece of the last one, the pieces seen so far
+    and those of them with a violation found already."""
     checkers: dict[str, PieceChecker] = {}
     by_entity: dict[str | None, PieceChecker] = {}
     last_entity: Any = object()  # rows of one entity come in runs: look the checker up once per run
@@ -91,7 +92,8 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                 by_entity[entity] = checker
             checker.feed(row)
         if progress is not None:
-            progress(batch.num_rows, checker.key if checker is not None else None, len(checkers))
+            progress(batch.num_rows, checker.key if checker is not None else None, len(checkers),
+                     sum(1 for c in checkers.values() if c.violation is not None))
     return [_forwarded_into(c.finish(), forwarded) for c in checkers.values()]
 
 
@@ -288,21 +290,28 @@ class LocalProgress:
         self.pieces = 0  # pieces of the files checked before this one
         self.in_file = 0  # pieces of this file so far (by-piece: each file is checked on its own)
         self.by_file = where["layout"] == "by-piece"
+        self.violations = 0  # pieces with a violation, in the files checked before this one
+        self.in_file_violations = 0
 
     def start_file(self, index: int) -> None:
         self.file = index + 1
         if self.by_file:
             self.pieces += self.in_file
-            self.in_file = 0
+            self.violations += self.in_file_violations
+            self.in_file = self.in_file_violations = 0
 
     @property
     def pieces_seen(self) -> int:
         return self.pieces + self.in_file
 
-    def __call__(self, rows: int, piece: str | None, pieces: int) -> None:
+    def __call__(self, rows: int, piece: str | None, pieces: int, violations: int) -> None:
         self.events += rows
-        self.piece, self.in_file = piece, pieces
+        self.piece, self.in_file, self.in_file_violations = piece, pieces, violations
         self.show(self)
+
+    @property
+    def violations_found(self) -> int:
+        return self.violations + self.in_file_violations
 
 
 def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, notes: list | None = None,
