@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 use_this_interpreter()
                 out = args.out or "replay-out"
+                live.show(f"  starting Spark ({args.master}) ...", force=True)  # the JVM takes seconds
                 with spark_log() as log:
                     try:
                         summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout,
