@@ -149,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
 
 class _LocalLine:
     """``replay --local``'s live line: events checked of the total, the file (of several),
-    the pieces seen (and those with a violation found), the piece being checked, elapsed. ``last()`` shows the final state
-    (the rate limit may have skipped it) before the line gives way to the summary."""
+    the pieces seen (and those with a violation found), the piece being checked, elapsed.
+    ``last()`` shows the final state (the rate limit may have skipped it) before the line
+    gives way to the summary."""
 
     def __init__(self, live: LiveLine) -> None:
         self.live = live
