@@ -30,6 +30,7 @@ from spec import load_catalog
 
 from .coverage import kit_root
 from .report import build_report, load_expectations, selects, write_junit, write_report
+from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial
 from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
 
@@ -408,8 +409,10 @@ class _Run:
         elapsed = time.monotonic() - self.started
         line = (f"  {len(done)}/{len(tests_of) or '?'} clauses, {len(finished)}/{len(metas) or '?'} tests"
                 f"{f', {len(failed)} failing' if failed else ''}  {current:<18} {elapsed:5.0f} s")
-        self.progress_out.write("\r" + line[:120].ljust(80) + ("\n" if final else ""))
-        self.progress_out.flush()
+        live = self.__dict__.setdefault("_line", LiveLine(self.progress_out, live=True, started=self.started))
+        live.show(line, force=True)
+        if final:
+            live.finish(keep=True)
 
 
 def _options_only(args: list[str], root: Path) -> list[str]:

@@ -131,7 +131,7 @@ PAIRED_MUTANTS = [PingsDelivered]
 
 
 
-class RuleActionsIgnored(ReferenceTarget):
+class RuleActionsIgnored(Mutant):
     """Accepts rules with actions but never applies them nor copies for them (RULES-ACT-001)."""
 
     name = "mutant-rule-actions-ignored"
@@ -142,7 +142,7 @@ class RuleActionsIgnored(ReferenceTarget):
         super().add_rule(subscription_path, Rule(rule.name, rule.filter, None))
 
 
-class TwoValuedSqlLogic(ReferenceTarget):
+class TwoValuedSqlLogic(Mutant):
     """Evaluates SQL filters with two-valued logic: UNKNOWN counts as FALSE at once, so
     NOT (missing = 1) selects the message (RULES-SQL-003/004)."""
 

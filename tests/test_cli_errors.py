@@ -242,8 +242,8 @@ def test_generate_shows_a_live_line_on_a_terminal_only(tmp_path, monkeypatch, ca
     shown: list[int] = []
     real = command._progress_line
 
-    def spy(total, started):
-        inner = real(total, started)
+    def spy(total, started, live=None):
+        inner = real(total, started, live)
 
         def show(done):
             shown.append(done)

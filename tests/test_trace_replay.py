@@ -475,3 +475,31 @@ def test_traces_recorded_from_certify_on_the_reference_replay_as_valid(tmp_path)
     results = replay_local(files)
     summary = local_summary(results, locate(files), 1.0)
     assert summary["violations"] == 0, summary["problems"][:5]
+
+
+def test_spark_replay_shows_the_partitions_checked_on_a_live_line(spark, injected, tmp_path, monkeypatch):
+    """Issue 15: on a terminal the Spark replay shows, as its tasks finish, the partitions
+    checked of each running stage (the status tracker, polled here every 20 ms)."""
+    import io
+    import re
+
+    from sbconform import progress
+    from sbconform.trace import spark_replay
+
+    class Quick(progress.SparkStages):
+        def __init__(self, tracker, line):
+            super().__init__(tracker, line, poll=0.02)
+
+    monkeypatch.setattr(spark_replay, "SparkStages", Quick)
+    out, info = injected
+    shown = io.StringIO()
+    summary = spark_replay.replay_spark([str(out)], str(tmp_path / "r"), spark=spark,
+                                        progress=progress.LiveLine(shown, live=True))
+    assert exit_code(summary) == 1 and summary["events"] == info["events"]  # the verdict is unchanged
+    lines = [m for m in (re.search(r"stage \d+: (\d+)/(\d+) partitions checked", part)
+                         for part in shown.getvalue().split("\r")) if m]
+    assert lines, shown.getvalue()
+    assert all(int(m.group(2)) == len(locate([str(out)])["files"]) for m in lines)  # one task per bucket file
+    quiet = io.StringIO()
+    spark_replay.replay_spark([str(out)], str(tmp_path / "r2"), spark=spark, progress=progress.LiveLine(quiet))
+    assert quiet.getvalue() == ""  # not a terminal: nothing while it runs

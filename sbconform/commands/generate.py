@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..progress import LiveLine, count, rate
 from .cost import positive
 
 
@@ -35,12 +36,14 @@ def run(args: argparse.Namespace) -> int:
     # nothing that replay could take for a whole trace.
     temp = out.with_name(f".{out.stem}.incomplete-{os.getpid()}{out.suffix}")
     started = time.perf_counter()
+    live = LiveLine()
     try:
-        result = generate(temp, args.events, clients=args.clients, entities=args.entities, partitions=args.partitions,
-                          seed=args.seed, inject=inject, layout=_layout(args, out), buckets=args.buckets,
-                          progress=_progress_line(args.events, started) if sys.stdout.isatty() else None)
-        if sys.stdout.isatty():
-            print("\r" + " " * 79 + "\r", end="", flush=True)
+        try:
+            result = generate(temp, args.events, clients=args.clients, entities=args.entities, partitions=args.partitions,
+                              seed=args.seed, inject=inject, layout=_layout(args, out), buckets=args.buckets,
+                              progress=_progress_line(args.events, started, live) if live.live else None)
+        finally:
+            live.finish()
         _move_into_place(temp, out, result)
     except ValueError as error:
         _remove(temp)
@@ -69,18 +72,14 @@ def run(args: argparse.Namespace) -> int:
     return 0 if not result["not_planted"] else 2
 
 
-def _progress_line(total: int, started: float):
-    """A live line on a terminal: events written of the total, elapsed, rate (at most 5 a second)."""
-    last = [0.0]
+def _progress_line(total: int, started: float, live: LiveLine | None = None):
+    """The live line on a terminal (``sbconform.progress``): events written of the total,
+    elapsed, rate."""
+    line = live or LiveLine()
 
     def show(done: int) -> None:
-        now = time.perf_counter()
-        if now - last[0] < 0.2:
-            return
-        last[0] = now
-        elapsed = max(now - started, 1e-6)
-        print(f"\r  {min(done, total):,}/{total:,} events, {elapsed:.0f} s, {done / elapsed:,.0f} events/s",
-              end="", flush=True)
+        elapsed = time.perf_counter() - started
+        line.show(f"  {count(done, total, 'events')}, {elapsed:.0f} s, {rate(done, elapsed, 'events')}")
     return show
 
 

@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..progress import LiveLine, count
 from .cost import positive
 
 
@@ -103,19 +104,26 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"sbconform replay: {problem}", file=sys.stderr)
         return 2
+    live = LiveLine()  # a live line on a terminal only; the summary below either way
     try:
-        if args.local:
-            summary = run_local(args.paths, args.search_bound, args.out)
-        else:
-            use_this_interpreter()
-            out = args.out or "replay-out"
-            with spark_log() as log:
-                try:
-                    summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout,
-                                           reader=args.reader)
-                except Exception as error:
-                    error.spark_log = log  # type: ignore[attr-defined]
-                    raise
+        try:
+            if args.local:
+                line = _LocalLine(live)
+                summary = run_local(args.paths, args.search_bound, args.out, progress=line if live.live else None)
+                line.last()
+            else:
+                use_this_interpreter()
+                out = args.out or "replay-out"
+                live.show(f"  starting Spark ({args.master}) ...", force=True)  # the JVM takes seconds
+                with spark_log() as log:
+                    try:
+                        summary = replay_spark(args.paths, out, args.master, args.search_bound, layout=args.layout,
+                                               reader=args.reader, progress=live)
+                    except Exception as error:
+                        error.spark_log = log  # type: ignore[attr-defined]
+                        raise
+        finally:
+            live.finish()
     except (TraceFormatError, FileNotFoundError) as error:
         print(f"sbconform replay: {error}", file=sys.stderr)
         return 2
@@ -137,6 +145,29 @@ def run(args: argparse.Namespace) -> int:
         print("sbconform replay: no events: an empty trace proves nothing (not valid)", file=sys.stderr)
         return 2
     return exit_code(summary)
+
+
+class _LocalLine:
+    """``replay --local``'s live line: events checked of the total, the file (of several),
+    the pieces seen (and those with a violation found), the piece being checked, elapsed.
+    ``last()`` shows the final state (the rate limit may have skipped it) before the line
+    gives way to the summary."""
+
+    def __init__(self, live: LiveLine) -> None:
+        self.live = live
+        self.seen = None
+
+    def __call__(self, seen, force: bool = False) -> None:
+        self.seen = seen
+        self.live.show(f"  {count(seen.events, seen.total, 'events')} checked"
+                       + (f", file {seen.file}/{seen.files}" if seen.files > 1 else "")
+                       + f", {seen.pieces_seen:,} pieces"
+                       + (f" ({seen.violations_found:,} with a violation)" if seen.violations_found else "")
+                       + f", now {seen.piece or '-'}, {self.live.elapsed():.0f} s", force)
+
+    def last(self) -> None:
+        if self.seen is not None:
+            self(self.seen, force=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

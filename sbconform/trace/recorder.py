@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from reference import ErrorCode, Message, ServiceBusError
+from reference import Message, ServiceBusError
 
-from ..targets.base import PEEK_LOCK, Handle, Received, Target, TargetWrapper, TransactionalClient
+from ..targets.base import PEEK_LOCK, Handle, Received, Target, TargetWrapper
 from .events import (  # noqa: F401  (importable from here, as before)
     ADMIN,
     TestTrace,
@@ -30,20 +30,7 @@ from .events import (  # noqa: F401  (importable from here, as before)
     settled_fields,
     trace_file_name,
 )
-
-class _Client:
-    __slots__ = ("name", "connections", "path", "kind")
-
-    def __init__(self, name: str, path: str, kind: str) -> None:
-        self.name = name
-        self.connections = 1
-        self.path = path
-        self.kind = kind
-
-    @property
-    def conn(self) -> str:
-        return f"{self.name}.{self.connections}"
-
+from .recorded_clients import DEFINITE_TRANSACTION_ERRORS, RecordingTransactionalClient, _Client  # noqa: F401  (as before)
 
 class RecordingTarget(TargetWrapper):
     """``target``, with every call recorded by ``recorder`` (see the module docstring).
@@ -56,14 +43,18 @@ class RecordingTarget(TargetWrapper):
     """
 
     def __init__(self, target: Target, recorder: TraceRecorder, partitions: int | None = None) -> None:
-        super().__init__(target)
-        self.target = target  # the wrapped target (``inner``)
+        super().__init__(target)  # the wrapped target is ``inner`` (``target``, as before)
         self.recorder = recorder
         self.namespace_index = recorder.new_namespace()
         self.partitions = partitions  # a Premium namespace's partition count
         self._clients: dict[int, _Client] = {}  # id(handle) -> client
         self._handles: list[Handle] = []  # keeps ids unique while recorded
         self._partitioned: set[str] = set()  # entities created partitioned (through this wrapper)
+
+    @property
+    def target(self) -> Target:
+        """The wrapped target (``inner``; this name as before)."""
+        return self.inner
 
     # ------------------------------------------------------------- plumbing
     def entity(self, path: str | None) -> str | None:
@@ -73,7 +64,7 @@ class RecordingTarget(TargetWrapper):
 
     def _time(self) -> int:
         try:
-            return int(self.target.now())
+            return int(self.inner.now())
         except Exception:  # a broken or closed target: keep recording
             return 0
 
@@ -176,7 +167,7 @@ class RecordingTarget(TargetWrapper):
 
     # ------------------------------------------------------------ lifecycle
     def premium_namespace(self, partition_count: int) -> "RecordingTarget":
-        return RecordingTarget(self.target.premium_namespace(partition_count), self.recorder, partitions=partition_count)
+        return RecordingTarget(self.inner.premium_namespace(partition_count), self.recorder, partitions=partition_count)
 
     # ----------------------------------------------------------- management
     def _created(self, kind: str, name: str, properties: Mapping[str, Any], call: Callable[[], str], entity: str, extra: Mapping[str, Any] | None = None) -> str:
@@ -184,7 +175,7 @@ class RecordingTarget(TargetWrapper):
             result: dict[str, Any] = {"path": path, "kind": kind, **(extra or {})}
             if "entity-management" in self.capabilities:
                 try:
-                    description = self.target.describe_entity(path)
+                    description = self.inner.describe_entity(path)
                 except Exception:  # noqa: BLE001 - describing is a courtesy, never a failure of the run
                     description = None
                 if description is not None:
@@ -207,64 +198,64 @@ class RecordingTarget(TargetWrapper):
         return self._call("create-entity", (ADMIN, None), {"entity": entity, "args": dict(properties)}, call, oks)
 
     def create_queue(self, name: str, **properties: Any) -> str:
-        return self._created("queue", name, properties, lambda: self.target.create_queue(name, **properties), name)
+        return self._created("queue", name, properties, lambda: self.inner.create_queue(name, **properties), name)
 
     def create_queue_at(self, path: str, **properties: Any) -> str:
-        return self._created("queue", path, properties, lambda: self.target.create_queue_at(path, **properties), path)
+        return self._created("queue", path, properties, lambda: self.inner.create_queue_at(path, **properties), path)
 
     def create_topic(self, name: str, **properties: Any) -> str:
-        return self._created("topic", name, properties, lambda: self.target.create_topic(name, **properties), name)
+        return self._created("topic", name, properties, lambda: self.inner.create_topic(name, **properties), name)
 
     def create_subscription(self, topic_path: str, name: str, **properties: Any) -> str:
         return self._created(
-            "subscription", name, properties, lambda: self.target.create_subscription(topic_path, name, **properties),
+            "subscription", name, properties, lambda: self.inner.create_subscription(topic_path, name, **properties),
             f"{topic_path}/Subscriptions/{name}", {"topic": topic_path},
         )
 
     def delete_entity(self, path: str) -> None:
-        self._call("delete-entity", (ADMIN, None), {"entity": path}, lambda: self.target.delete_entity(path))
+        self._call("delete-entity", (ADMIN, None), {"entity": path}, lambda: self.inner.delete_entity(path))
 
     def entity_counts(self, path: str) -> dict[str, Any]:
-        return self._call("entity-counts", (ADMIN, None), {"entity": path}, lambda: self.target.entity_counts(path),
+        return self._call("entity-counts", (ADMIN, None), {"entity": path}, lambda: self.inner.entity_counts(path),
                           lambda counts: [{"entity": path, "result": counts}])
 
     def update_entity(self, path: str, **properties: Any) -> None:
         self._call("update-entity", (ADMIN, None), {"entity": path, "args": {"properties": properties}},
-                   lambda: self.target.update_entity(path, **properties))
+                   lambda: self.inner.update_entity(path, **properties))
 
     def describe_entity(self, path: str) -> dict[str, Any]:
-        return self._call("describe-entity", (ADMIN, None), {"entity": path}, lambda: self.target.describe_entity(path),
+        return self._call("describe-entity", (ADMIN, None), {"entity": path}, lambda: self.inner.describe_entity(path),
                           lambda description: [{"entity": path, "result": description}])
 
     # ---------------------------------------------------------------- rules
     def add_rule(self, subscription_path: str, rule: Any) -> None:
         args = {"name": rule.name, "filter": repr(rule.filter), "action": None if rule.action is None else rule.action.expression}
         self._call("add-rule", (ADMIN, None), {"entity": subscription_path, "args": args},
-                   lambda: self.target.add_rule(subscription_path, rule))
+                   lambda: self.inner.add_rule(subscription_path, rule))
 
     def remove_rule(self, subscription_path: str, name: str) -> None:
         self._call("remove-rule", (ADMIN, None), {"entity": subscription_path, "args": {"name": name}},
-                   lambda: self.target.remove_rule(subscription_path, name))
+                   lambda: self.inner.remove_rule(subscription_path, name))
 
     def list_rules(self, subscription_path: str) -> list[Any]:
-        return self._call("list-rules", (ADMIN, None), {"entity": subscription_path}, lambda: self.target.list_rules(subscription_path),
+        return self._call("list-rules", (ADMIN, None), {"entity": subscription_path}, lambda: self.inner.list_rules(subscription_path),
                           lambda rules: [{"entity": subscription_path, "result": {"rules": [repr(r) for r in rules]}}])
 
     # --------------------------------------------------------------- faults
     def make_unavailable(self, path: str, code: str = "entity-unavailable", transient: bool | None = None) -> None:
         self._call("entity-down", (ADMIN, None), {"entity": path, "args": {"code": str(code), "transient": transient}},
-                   lambda: self.target.make_unavailable(path, code, transient))
+                   lambda: self.inner.make_unavailable(path, code, transient))
 
     def make_available(self, path: str) -> None:
-        self._call("entity-up", (ADMIN, None), {"entity": path}, lambda: self.target.make_available(path))
+        self._call("entity-up", (ADMIN, None), {"entity": path}, lambda: self.inner.make_available(path))
 
     def make_partition_unavailable(self, path: str, partition: int) -> None:
         self._call("partition-down", (ADMIN, None), {"entity": path, "partition": partition},
-                   lambda: self.target.make_partition_unavailable(path, partition))
+                   lambda: self.inner.make_partition_unavailable(path, partition))
 
     def make_partition_available(self, path: str, partition: int) -> None:
         self._call("partition-up", (ADMIN, None), {"entity": path, "partition": partition},
-                   lambda: self.target.make_partition_available(path, partition))
+                   lambda: self.inner.make_partition_available(path, partition))
 
     # -------------------------------------------------------------- clients
     def _attach(self, kind: str, path: str, mode: str | None, call: Callable[[], Handle]) -> Handle:
@@ -276,17 +267,17 @@ class RecordingTarget(TargetWrapper):
         return handle
 
     def sender(self, path: str) -> Handle:
-        return self._attach("sender", path, None, lambda: self.target.sender(path))
+        return self._attach("sender", path, None, lambda: self.inner.sender(path))
 
     def receiver(self, path: str, mode: str = PEEK_LOCK) -> Handle:
-        return self._attach("receiver", path, mode, lambda: self.target.receiver(path, mode))
+        return self._attach("receiver", path, mode, lambda: self.inner.receiver(path, mode))
 
     def accept_session(self, path: str, session_id: str | None = None, mode: str = PEEK_LOCK, max_wait: int | None = None) -> Handle:
         name = self.recorder.new_client()
         who = (name, f"{name}.1")
         fields = {"entity": path, "session": session_id, "args": {"session": session_id, "mode": mode, "max_wait": max_wait}}
         handle = self._call(
-            "accept-session", who, fields, lambda: self.target.accept_session(path, session_id, mode, max_wait),
+            "accept-session", who, fields, lambda: self.inner.accept_session(path, session_id, mode, max_wait),
             lambda h: [{"entity": h.path, "session": h.session_id, "result": {"locked_until": getattr(h, "locked_until", None)}}],
         )
         self._bind(handle, name)
@@ -294,7 +285,7 @@ class RecordingTarget(TargetWrapper):
 
     def close_handle(self, handle: Handle) -> None:
         self._call("close", self._who(handle), {"entity": handle.path, "session": handle.session_id},
-                   lambda: self.target.close_handle(handle))
+                   lambda: self.inner.close_handle(handle))
 
     def drop_connection(self, handle: Handle) -> None:
         client = self._client(handle)
@@ -303,7 +294,7 @@ class RecordingTarget(TargetWrapper):
             client.connections += 1
             return [{"entity": handle.path, "result": {"conn": client.conn}}]
 
-        self._call("drop-connection", (client.name, client.conn), {"entity": handle.path}, lambda: self.target.drop_connection(handle), oks)
+        self._call("drop-connection", (client.name, client.conn), {"entity": handle.path}, lambda: self.inner.drop_connection(handle), oks)
 
     # ------------------------------------------------------------ messaging
     def _send_fields(self, sender: Handle, message: Message, **args: Any) -> dict[str, Any]:
@@ -335,13 +326,13 @@ class RecordingTarget(TargetWrapper):
         messages = list(messages)
         if batch:
             each = [self._send_fields(sender, m) for m in messages]
-            result = self._group("send", who, each, lambda: self.target.send(sender, messages, batch=True),
+            result = self._group("send", who, each, lambda: self.inner.send(sender, messages, batch=True),
                                  lambda r: self._seqs(r, len(messages), sender.path))
             return list(result) if isinstance(result, (list, tuple)) else [None] * len(messages)
         out: list[int | None] = []
         for message in messages:  # one by one, each its own transfer: each its own operation
             result = self._call("send", who, self._send_fields(sender, message),
-                                lambda m=message: self.target.send(sender, [m]),
+                                lambda m=message: self.inner.send(sender, [m]),
                                 lambda r, m=message: [{"message_id": m.message_id, "session": m.session_id,
                                                        "partition_key": m.partition_key, **self._seqs(r, 1, sender.path)[0]}])
             out.extend(result if isinstance(result, (list, tuple)) and len(result) == 1 else [None])
@@ -351,7 +342,7 @@ class RecordingTarget(TargetWrapper):
         who = self._who(sender)
         messages = list(messages)
         each = [self._send_fields(sender, m, concurrent=True) for m in messages]
-        return self._group("send", who, each, lambda: self.target.send_concurrently(sender, messages),
+        return self._group("send", who, each, lambda: self.inner.send_concurrently(sender, messages),
                            lambda r: self._seqs(r, len(messages), sender.path), group_key="concurrent_group", unknown=True)
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
@@ -361,7 +352,7 @@ class RecordingTarget(TargetWrapper):
             fields = self._send_fields(sender, message, presettled=True)
             self._emit("send", op_id, "invoke", who, fields)
             try:
-                self.target.send_presettled(sender, [message])
+                self.inner.send_presettled(sender, [message])
             except BaseException as error:
                 if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                     raise
@@ -387,7 +378,7 @@ class RecordingTarget(TargetWrapper):
             op_ids.append(op_id)
             self._emit("send", op_id, "invoke", who, fields)
         try:
-            result = self.target.send_transaction(sends)
+            result = self.inner.send_transaction(sends)
         except BaseException as error:
             if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                 raise
@@ -402,20 +393,20 @@ class RecordingTarget(TargetWrapper):
         return result
 
     def transaction_client(self) -> "RecordingTransactionalClient":
-        return RecordingTransactionalClient(self, self.target.transaction_client())
+        return RecordingTransactionalClient(self, self.inner.transaction_client())
 
     def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
         who = self._who(sender)
         messages = list(messages)
         each = [self._send_fields(sender, m, enqueue_time=enqueue_time) for m in messages]
-        return self._group("schedule", who, each, lambda: self.target.schedule(sender, messages, enqueue_time),
+        return self._group("schedule", who, each, lambda: self.inner.schedule(sender, messages, enqueue_time),
                            lambda r: self._seqs(r, len(messages), sender.path))
 
     def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
         who = self._who(sender)
         seqs = list(sequence_numbers)
         each = [{"entity": sender.path, "seq": s} for s in seqs]
-        return self._group("cancel-scheduled", who, each, lambda: self.target.cancel_scheduled(sender, seqs),
+        return self._group("cancel-scheduled", who, each, lambda: self.inner.cancel_scheduled(sender, seqs),
                            lambda r: [{} for _ in seqs])
 
     def _deliveries(self, found: Sequence[Received]) -> list[dict[str, Any]]:
@@ -426,13 +417,13 @@ class RecordingTarget(TargetWrapper):
     def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
         args = {"mode": receiver.mode, "max_count": max_count, "max_wait": max_wait}
         return self._call("receive", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id, "args": args},
-                          lambda: self.target.receive(receiver, max_count, max_wait), self._deliveries)
+                          lambda: self.inner.receive(receiver, max_count, max_wait), self._deliveries)
 
     def receive_deferred(self, receiver: Handle, sequence_numbers: Sequence[int]) -> list[Received]:
         seqs = list(sequence_numbers)
         args = {"mode": receiver.mode, "seqs": seqs}
         return self._call("receive-deferred", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id, "args": args},
-                          lambda: self.target.receive_deferred(receiver, seqs), self._deliveries)
+                          lambda: self.inner.receive_deferred(receiver, seqs), self._deliveries)
 
     def peek(self, receiver: Handle, max_count: int = 1, from_sequence_number: int = 1) -> list[Received]:
         args = {"max_count": max_count, "from_seq": from_sequence_number}
@@ -444,7 +435,7 @@ class RecordingTarget(TargetWrapper):
             return out
 
         return self._call("peek", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id, "args": args},
-                          lambda: self.target.peek(receiver, max_count, from_sequence_number), oks)
+                          lambda: self.inner.peek(receiver, max_count, from_sequence_number), oks)
 
     def _settle(self, op: str, receiver: Handle, message: Received, call: Callable[[], Any], args: Mapping[str, Any] | None = None,
                 oks: Callable[[Any], Iterable[Mapping[str, Any]]] | None = None) -> Any:
@@ -456,137 +447,42 @@ class RecordingTarget(TargetWrapper):
         return self._call(op, self._who(receiver), fields, call, oks)
 
     def complete(self, receiver: Handle, message: Received) -> None:
-        self._settle("complete", receiver, message, lambda: self.target.complete(receiver, message))
+        self._settle("complete", receiver, message, lambda: self.inner.complete(receiver, message))
 
     def abandon(self, receiver: Handle, message: Received) -> None:
-        self._settle("abandon", receiver, message, lambda: self.target.abandon(receiver, message))
+        self._settle("abandon", receiver, message, lambda: self.inner.abandon(receiver, message))
 
     def defer(self, receiver: Handle, message: Received) -> None:
-        self._settle("defer", receiver, message, lambda: self.target.defer(receiver, message))
+        self._settle("defer", receiver, message, lambda: self.inner.defer(receiver, message))
 
     def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None) -> None:
-        self._settle("dead-letter", receiver, message, lambda: self.target.dead_letter(receiver, message, reason, description),
+        self._settle("dead-letter", receiver, message, lambda: self.inner.dead_letter(receiver, message, reason, description),
                      {"reason": reason, "description": description})
 
     def renew_lock(self, receiver: Handle, message: Received) -> int:
         fields = settled_fields(message)
-        return self._settle("renew-lock", receiver, message, lambda: self.target.renew_lock(receiver, message),
+        return self._settle("renew-lock", receiver, message, lambda: self.inner.renew_lock(receiver, message),
                             oks=lambda until: [{**fields, "result": {"locked_until": until}}])
 
     # ------------------------------------------------------------- sessions
     def renew_session_lock(self, receiver: Handle) -> int:
         return self._call("renew-session-lock", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id},
-                          lambda: self.target.renew_session_lock(receiver),
+                          lambda: self.inner.renew_session_lock(receiver),
                           lambda until: [{"result": {"locked_until": until}}])
 
     def get_session_state(self, receiver: Handle) -> bytes | None:
         return self._call("get-session-state", self._who(receiver), {"entity": receiver.path, "session": receiver.session_id},
-                          lambda: self.target.get_session_state(receiver),
+                          lambda: self.inner.get_session_state(receiver),
                           lambda state: [{"result": {"state": state}}])
 
     def set_session_state(self, receiver: Handle, state: bytes | None) -> None:
         self._call("set-session-state", self._who(receiver),
                    {"entity": receiver.path, "session": receiver.session_id, "args": {"state": state}},
-                   lambda: self.target.set_session_state(receiver, state))
+                   lambda: self.inner.set_session_state(receiver, state))
 
     # ----------------------------------------------------------------- time
     def wait(self, duration: int) -> None:
-        self._call("wait", (ADMIN, None), {"args": {"ms": duration}}, lambda: self.target.wait(duration))
+        self._call("wait", (ADMIN, None), {"args": {"ms": duration}}, lambda: self.inner.wait(duration))
 
 
-__all__ = ["ADMIN", "RecordingTarget", "TestTrace", "TraceRecorder", "trace_file_name"]
-
-
-#: discharge errors after which nothing of the transaction was applied, for certain
-DEFINITE_TRANSACTION_ERRORS = frozenset({ErrorCode.TRANSACTION_ROLLBACK, ErrorCode.TRANSACTION_UNKNOWN, ErrorCode.TRANSACTION_TIMEOUT})
-
-
-class RecordingTransactionalClient(TransactionalClient):
-    """A transactional client whose work is recorded (TXN-*): every transactional send and settlement
-    is invoked when it is enlisted and completes when the transaction is discharged: ``ok`` at a
-    commit, ``fail`` at a rollback, a failed commit or the connection's loss, when nothing of it was
-    applied (TXN-ATOM-001). Receives are recorded as any receive. Declare and discharge themselves are
-    no entity operations and leave no event."""
-
-    def __init__(self, recording: RecordingTarget, inner: TransactionalClient) -> None:
-        self.rec = recording
-        self.inner = inner
-        self.client = _Client(recording.recorder.new_client(), "", "transactional")
-        self.pending: dict[Any, list[tuple[int, str, dict[str, Any]]]] = {}
-
-    def _key(self, txn: Any) -> Any:
-        return bytes(txn) if isinstance(txn, (bytes, bytearray, memoryview)) else txn
-
-    def _who(self) -> tuple[str, str]:
-        return self.client.name, self.client.conn
-
-    def receive(self, path: str, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
-        args = {"mode": PEEK_LOCK, "max_count": max_count, "max_wait": max_wait}
-        return self.rec._call("receive", self._who(), {"entity": path, "session": None, "args": args},
-                              lambda: self.inner.receive(path, max_count, max_wait), self.rec._deliveries)
-
-    def declare(self) -> Any:
-        txn = self.inner.declare()
-        self.pending[self._key(txn)] = []
-        return txn
-
-    def _enlist(self, txn: Any, op: str, fields: dict[str, Any], call: Callable[[], Any]) -> None:
-        op_id = self.rec.recorder.new_op()
-        fields = {**fields, "args": {**fields.get("args", {}), "transaction": str(self._key(txn))}}
-        self.rec._emit(op, op_id, "invoke", self._who(), fields)
-        try:
-            call()
-        except BaseException as error:
-            if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-                raise
-            self.rec._outcome([(op_id, fields)], op, self._who(), error)
-            raise
-        self.pending.setdefault(self._key(txn), []).append((op_id, op, fields))
-
-    def send(self, txn: Any, path: str, messages: Sequence[Message], via: str | None = None) -> None:
-        sender = Handle("sender", path)
-        for message in messages:
-            fields = self.rec._send_fields(sender, message, transaction=True, via=via)
-            self._enlist(txn, "send", fields, lambda m=message: self.inner.send(txn, path, [m], via))
-
-    def settle(self, txn: Any, path: str, message: Received, outcome: str, reason: str | None = None, description: str | None = None) -> None:
-        op = {"dead_letter": "dead-letter"}.get(outcome, outcome)
-        fields: dict[str, Any] = {"entity": path, **settled_fields(message)}
-        if outcome == "dead_letter":
-            fields["args"] = {"reason": reason, "description": description}
-        self._enlist(txn, op, fields, lambda: self.inner.settle(txn, path, message, outcome, reason, description))
-
-    def _end(self, txn: Any, phase: str, error: str | None = None) -> None:
-        for op_id, op, fields in self.pending.pop(self._key(txn), []):
-            done = {k: v for k, v in fields.items() if k != "args"}
-            if error is not None:
-                done["error"] = error
-            self.rec._emit(op, op_id, phase, self._who(), done)
-
-    def discharge(self, txn: Any, commit: bool) -> None:
-        try:
-            self.inner.discharge(txn, commit)
-        except ServiceBusError as error:
-            if error.code in DEFINITE_TRANSACTION_ERRORS:
-                self._end(txn, "fail", str(error.code))  # nothing of it was applied
-            else:  # a timeout or a lost connection: the commit may have happened
-                self._end(txn, "info", str(error.code))
-            raise
-        except BaseException:
-            self._end(txn, "info")
-            raise
-        if commit:
-            self._end(txn, "ok")
-        else:
-            self._end(txn, "fail", str(ErrorCode.TRANSACTION_ROLLBACK))
-
-    def drop(self) -> None:
-        self.inner.drop()
-        for txn in list(self.pending):
-            self._end(txn, "fail", str(ErrorCode.CONNECTION_LOST))
-        self.client.connections += 1
-
-    def close(self) -> None:
-        self.inner.close()
-        for txn in list(self.pending):
-            self._end(txn, "fail", str(ErrorCode.CONNECTION_LOST))
+__all__ = ["ADMIN", "RecordingTarget", "RecordingTransactionalClient", "TestTrace", "TraceRecorder", "trace_file_name"]

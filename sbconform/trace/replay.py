@@ -10,7 +10,7 @@ Inputs (``locate``):
   Spark repartitions the events by piece and sorts each partition by piece and position
   (a shuffle), then checks them.
 
-Either way each Spark task runs ``check_partition`` (``mapInArrow``) and returns one row
+Either way each Spark task runs ``check_partition`` (``mapInArrow``, in ``spark_replay``) and returns one row
 per piece (valid, violation, unknown, error); the driver never collects the trace,
 only those rows after they are written (``--out``).
 
@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from reference.paths import ENTITY_KEY_PATTERNS, parse as parse_path
+from reference.paths import parse as parse_path
 
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, piece_key
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
@@ -58,9 +58,12 @@ def rows_of(batch) -> Iterator[tuple]:
     return zip(*cols)
 
 
-def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> list[dict[str, Any]]:
+def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
+                  progress: Callable[[int, str | None, int, int], None] | None = None) -> list[dict[str, Any]]:
     """Check every piece found in ``batches`` (rows of each piece in position order; pieces
-    may interleave). Returns one result per piece."""
+    may interleave). Returns one result per piece. ``progress(rows, piece, pieces, violations)``
+    after each batch: the rows just checked, the piece of the last one, the pieces seen so far
+    and those of them with a violation found already."""
     checkers: dict[str, PieceChecker] = {}
     by_entity: dict[str | None, PieceChecker] = {}
     last_entity: Any = object()  # rows of one entity come in runs: look the checker up once per run
@@ -88,6 +91,9 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -
                     checker.done = True
                 by_entity[entity] = checker
             checker.feed(row)
+        if progress is not None:
+            progress(batch.num_rows, checker.key if checker is not None else None, len(checkers),
+                     sum(1 for c in checkers.values() if c.violation is not None))
     return [_forwarded_into(c.finish(), forwarded) for c in checkers.values()]
 
 
@@ -253,28 +259,92 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
-def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, notes: list | None = None) -> list[dict[str, Any]]:
+def trace_events(where: dict[str, Any]) -> int | None:
+    """How many events the located trace holds, without reading them: the row counts in the
+    Parquet footers; the lines of a JSON Lines file but its header. None for remote files."""
+    total = 0
+    for f in where["files"]:
+        if _is_remote(f):
+            return None
+        if f.endswith(".jsonl"):
+            with open(f, "rb") as handle:
+                lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+            total += max(lines - 1, 0)
+        else:
+            import pyarrow.parquet as pq
+
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
+
+
+class LocalProgress:
+    """What ``replay --local`` has checked: events of the total, files, the current piece."""
+
+    def __init__(self, show: Callable[["LocalProgress"], None], where: dict[str, Any]) -> None:
+        self.show = show
+        self.files = len(where["files"])
+        self.file = 0
+        self.events = 0
+        self.total = trace_events(where)
+        self.piece: str | None = None
+        self.pieces = 0  # pieces of the files checked before this one
+        self.in_file = 0  # pieces of this file so far (by-piece: each file is checked on its own)
+        self.by_file = where["layout"] == "by-piece"
+        self.violations = 0  # pieces with a violation, in the files checked before this one
+        self.in_file_violations = 0
+
+    def start_file(self, index: int) -> None:
+        self.file = index + 1
+        if self.by_file:
+            self.pieces += self.in_file
+            self.violations += self.in_file_violations
+            self.in_file = self.in_file_violations = 0
+
+    @property
+    def pieces_seen(self) -> int:
+        return self.pieces + self.in_file
+
+    def __call__(self, rows: int, piece: str | None, pieces: int, violations: int) -> None:
+        self.events += rows
+        self.piece, self.in_file, self.in_file_violations = piece, pieces, violations
+        self.show(self)
+
+    @property
+    def violations_found(self) -> int:
+        return self.violations + self.in_file_violations
+
+
+def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, notes: list | None = None,
+                 progress: Callable[[LocalProgress], None] | None = None) -> list[dict[str, Any]]:
     """Check the trace in this process; one result per piece. By-piece layouts are
-    checked file by file (each file holds whole pieces), so memory stays bounded."""
+    checked file by file (each file holds whole pieces), so memory stays bounded.
+    ``progress`` is shown after every batch of rows (a ``LocalProgress``)."""
     where = locate(paths)
+    seen = LocalProgress(progress, where) if progress is not None else None
+    size = 16_384 if seen is not None else 65_536  # smaller batches: a livelier line
     results: list[dict[str, Any]] = []
     if where["layout"] == "by-piece":
-        for f in where["files"]:
-            results += check_batches(_parquet_batches(f), search_bound)
+        for i, f in enumerate(where["files"]):
+            if seen is not None:
+                seen.start_file(i)
+            results += check_batches(_parquet_batches(f, size), search_bound, seen)
         return results
 
     def batches():
-        for f in where["files"]:
-            yield from (_jsonl_batches(f, report=notes) if f.endswith(".jsonl") else _parquet_batches(f))
-    return check_batches(batches(), search_bound)
+        for i, f in enumerate(where["files"]):
+            if seen is not None:
+                seen.start_file(i)
+            yield from (_jsonl_batches(f, size, report=notes) if f.endswith(".jsonl") else _parquet_batches(f, size))
+    return check_batches(batches(), search_bound, seen)
 
 
-def run_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, out: str | None = None) -> dict[str, Any]:
+def run_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, out: str | None = None,
+              progress: Callable[[LocalProgress], None] | None = None) -> dict[str, Any]:
     """``sbconform replay --local``: check in this process and return the summary; with
     ``out``, write ``out/summary.json`` and ``out/pieces.jsonl`` (one row per piece)."""
     started = time.perf_counter()
     notes: list[str] = []
-    results = replay_local(paths, search_bound, notes)
+    results = replay_local(paths, search_bound, notes, progress)
     summary = local_summary(results, locate(paths), time.perf_counter() - started)
     summary["notes"] += notes
     if out:
@@ -285,151 +355,6 @@ def run_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, out: s
             for r in results:
                 f.write(json.dumps(r) + "\n")
     return summary
-
-
-# ------------------------------------------------------------------ on Spark
-
-
-def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> Iterator:
-    """The ``mapInArrow`` function: the pieces of one Spark partition -> one row each."""
-    import pyarrow as pa
-
-    try:
-        def validated():
-            for batch in batches:
-                validate_batch(batch, "trace")
-                yield batch
-        results = check_batches(validated(), search_bound)
-    except TraceFormatError as error:
-        results = [error_row(str(error))]
-    if results:
-        yield pa.RecordBatch.from_pylist(results, schema=result_schema())
-
-
-def _bound_checker(search_bound: int):
-    def run(batches):
-        return check_partition(batches, search_bound)
-    return run
-
-
-def _file_checker(search_bound: int):
-    """For the by-piece layout: each task gets bucket file names and reads them itself
-    with pyarrow (every piece lies whole in one file), so no event passes through the
-    JVM at all."""
-    def run(batches):
-        import pyarrow as pa
-
-        for batch in batches:
-            for path in batch.column(0).to_pylist():
-                try:
-                    results = check_batches(_parquet_batches(path), search_bound)
-                except TraceFormatError as error:
-                    results = [error_row(str(error))]
-                if results:
-                    yield pa.RecordBatch.from_pylist(results, schema=result_schema())
-    return run
-
-
-def spark_session(master: str | None, app: str = "sbconform-replay", extra: dict | None = None):
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(app)
-    if master:
-        builder = builder.master(master)
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.python.worker.reuse": "true",
-        **(extra or {}),
-    }
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
-
-
-def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", search_bound: int = DEFAULT_SEARCH_BOUND,
-                 spark=None, layout: str | None = None, partitions: int | None = None, reader: str = "arrow") -> dict[str, Any]:
-    """Run the replay job; writes ``out/pieces.parquet`` (one row per piece; a directory
-    ``out/pieces`` written by Spark when ``out`` is remote) and returns
-    the summary (also ``out/summary.json`` and ``out/violations.jsonl`` when ``out`` is
-    local)."""
-    from pyspark.sql import functions as F
-
-    started = time.perf_counter()
-    where = locate(paths)
-    if layout is not None:
-        where["layout"] = layout
-    own = spark is None
-    spark = spark or spark_session(master)
-    try:
-        if where["layout"] == "by-piece" and reader == "arrow":  # tasks read their bucket files themselves
-            files = where["files"]
-            names = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], len(files)), "file STRING")
-            result = names.mapInArrow(_file_checker(search_bound), RESULT_DDL)
-        else:
-            if where["layout"] == "by-piece":
-                split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
-                spark.conf.set("spark.sql.files.maxPartitionBytes", split)
-                spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
-                df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-            else:
-                if where["format"] == "json":
-                    df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
-                else:
-                    df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
-                piece = F.col("entity")
-                for pattern in ENTITY_KEY_PATTERNS:  # reference.paths.entity_key, in Spark SQL
-                    piece = F.regexp_replace(piece, pattern, "")
-                piece = F.lower(piece)
-                n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-                df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
-            df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
-            result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
-        if _is_remote(out):  # written where the cluster writes, then read back (one row per piece)
-            result.write.mode("overwrite").parquet(f"{out}/pieces")
-            rows = [r.asDict() for r in spark.read.parquet(f"{out}/pieces").collect()]
-        else:
-            # One row per piece comes back to the driver (never an event): far fewer rows
-            # than events, and one Spark job instead of a write and a read
-            rows = [r.asDict() for r in result.collect()]
-            _write_results(rows, Path(out))
-    finally:
-        if own:
-            spark.stop()
-    counts: dict[str, tuple[int, int]] = {}
-    seen: dict[str, int] = {}
-    for r in rows:
-        n, e = counts.get(r["status"], (0, 0))
-        counts[r["status"]] = (n + 1, e + (r["events"] or 0))
-        if r["piece"] is not None:
-            seen[r["piece"]] = seen.get(r["piece"], 0) + 1
-    duplicated = sorted(k for k, v in seen.items() if v > 1)[:5]
-    shown = sorted((r for r in rows if r["status"] != "valid"), key=lambda r: (r["status"], r["piece"] or ""))
-    summary = summarize(counts, where, time.perf_counter() - started)
-    summary["reader"] = ("tasks read bucket files with pyarrow (no shuffle)" if where["layout"] == "by-piece" and reader == "arrow"
-                         else "Spark's reader, one bucket file per task (no shuffle)" if where["layout"] == "by-piece"
-                         else "Spark's reader, repartitioned by piece (shuffle)")
-    if duplicated:
-        summary["errors"] = summary.get("errors", 0) + 1
-        summary["notes"].append(f"pieces split across tasks (layout not by piece?): {duplicated}")
-    summary["problems"] = shown
-    if not _is_remote(out):
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-        with open(Path(out) / "violations.jsonl", "w", encoding="utf-8") as f:
-            for r in shown:
-                f.write(json.dumps(r, default=str) + "\n")
-    return summary
-
-
-def _write_results(rows: list[dict], out: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=result_schema()), str(out / "pieces.parquet"))
 
 
 def summarize(counts: dict[str, tuple[int, int]], where: dict, seconds: float) -> dict[str, Any]:
@@ -457,3 +382,16 @@ def exit_code(summary: dict[str, Any]) -> int:
     if summary["unknown"] or summary["errors"]:
         return 2
     return 0
+
+
+# The Spark half lives in ``spark_replay`` (it imports this module); its names stay
+# importable from here, as before, without importing it (nor pyspark) eagerly.
+_SPARK_NAMES = ("check_partition", "replay_spark", "spark_session", "_bound_checker", "_file_checker", "_write_results")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SPARK_NAMES:
+        from . import spark_replay
+
+        return getattr(spark_replay, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

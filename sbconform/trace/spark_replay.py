@@ -1,0 +1,166 @@
+"""Replay on Spark: each task checks the pieces of its partition (``check_partition``,
+``mapInArrow``) and returns one row per piece; the driver gets those rows, never the events.
+The layouts, the readers and the exit codes are described in ``trace.replay``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from reference.paths import ENTITY_KEY_PATTERNS
+
+from ..progress import LiveLine, SparkStages
+from .checker import DEFAULT_SEARCH_BOUND
+from .replay import (RESULT_DDL, TRACE_DDL, _is_remote, _parquet_batches, check_batches, error_row, locate,
+                     result_schema, summarize, validate_batch)
+from .schema import FIELD_NAMES, TraceFormatError
+
+# ------------------------------------------------------------------ on Spark
+
+
+def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> Iterator:
+    """The ``mapInArrow`` function: the pieces of one Spark partition -> one row each."""
+    import pyarrow as pa
+
+    try:
+        def validated():
+            for batch in batches:
+                validate_batch(batch, "trace")
+                yield batch
+        results = check_batches(validated(), search_bound)
+    except TraceFormatError as error:
+        results = [error_row(str(error))]
+    if results:
+        yield pa.RecordBatch.from_pylist(results, schema=result_schema())
+
+
+def _bound_checker(search_bound: int):
+    def run(batches):
+        return check_partition(batches, search_bound)
+    return run
+
+
+def _file_checker(search_bound: int):
+    """For the by-piece layout: each task gets bucket file names and reads them itself
+    with pyarrow (every piece lies whole in one file), so no event passes through the
+    JVM at all."""
+    def run(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                try:
+                    results = check_batches(_parquet_batches(path), search_bound)
+                except TraceFormatError as error:
+                    results = [error_row(str(error))]
+                if results:
+                    yield pa.RecordBatch.from_pylist(results, schema=result_schema())
+    return run
+
+
+def spark_session(master: str | None, app: str = "sbconform-replay", extra: dict | None = None):
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        **(extra or {}),
+    }
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", search_bound: int = DEFAULT_SEARCH_BOUND,
+                 spark=None, layout: str | None = None, partitions: int | None = None, reader: str = "arrow",
+                 progress: LiveLine | None = None) -> dict[str, Any]:
+    """Run the replay job; writes ``out/pieces.parquet`` (one row per piece; a directory
+    ``out/pieces`` written by Spark when ``out`` is remote) and returns
+    the summary (also ``out/summary.json`` and ``out/violations.jsonl`` when ``out`` is
+    local). With a live ``progress`` line: the partitions checked of each running stage."""
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    where = locate(paths)
+    if layout is not None:
+        where["layout"] = layout
+    own = spark is None
+    spark = spark or spark_session(master)
+    try:
+        if where["layout"] == "by-piece" and reader == "arrow":  # tasks read their bucket files themselves
+            files = where["files"]
+            names = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], len(files)), "file STRING")
+            result = names.mapInArrow(_file_checker(search_bound), RESULT_DDL)
+        else:
+            if where["layout"] == "by-piece":
+                split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
+                spark.conf.set("spark.sql.files.maxPartitionBytes", split)
+                spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
+                df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+            else:
+                if where["format"] == "json":
+                    df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
+                else:
+                    df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+                piece = F.col("entity")
+                for pattern in ENTITY_KEY_PATTERNS:  # reference.paths.entity_key, in Spark SQL
+                    piece = F.regexp_replace(piece, pattern, "")
+                piece = F.lower(piece)
+                n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+                df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
+            df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
+            result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
+        live = progress if progress is not None else LiveLine(live=False)
+        with SparkStages(spark.sparkContext.statusTracker(), live):
+            if _is_remote(out):  # written where the cluster writes, then read back (one row per piece)
+                result.write.mode("overwrite").parquet(f"{out}/pieces")
+                rows = [r.asDict() for r in spark.read.parquet(f"{out}/pieces").collect()]
+            else:
+                # One row per piece comes back to the driver (never an event): far fewer rows
+                # than events, and one Spark job instead of a write and a read
+                rows = [r.asDict() for r in result.collect()]
+        if not _is_remote(out):
+            _write_results(rows, Path(out))
+    finally:
+        if own:
+            spark.stop()
+    counts: dict[str, tuple[int, int]] = {}
+    seen: dict[str, int] = {}
+    for r in rows:
+        n, e = counts.get(r["status"], (0, 0))
+        counts[r["status"]] = (n + 1, e + (r["events"] or 0))
+        if r["piece"] is not None:
+            seen[r["piece"]] = seen.get(r["piece"], 0) + 1
+    duplicated = sorted(k for k, v in seen.items() if v > 1)[:5]
+    shown = sorted((r for r in rows if r["status"] != "valid"), key=lambda r: (r["status"], r["piece"] or ""))
+    summary = summarize(counts, where, time.perf_counter() - started)
+    summary["reader"] = ("tasks read bucket files with pyarrow (no shuffle)" if where["layout"] == "by-piece" and reader == "arrow"
+                         else "Spark's reader, one bucket file per task (no shuffle)" if where["layout"] == "by-piece"
+                         else "Spark's reader, repartitioned by piece (shuffle)")
+    if duplicated:
+        summary["errors"] = summary.get("errors", 0) + 1
+        summary["notes"].append(f"pieces split across tasks (layout not by piece?): {duplicated}")
+    summary["problems"] = shown
+    if not _is_remote(out):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        with open(Path(out) / "violations.jsonl", "w", encoding="utf-8") as f:
+            for r in shown:
+                f.write(json.dumps(r, default=str) + "\n")
+    return summary
+
+
+def _write_results(rows: list[dict], out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=result_schema()), str(out / "pieces.parquet"))
