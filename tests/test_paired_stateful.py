@@ -340,7 +340,7 @@ def test_the_properties_catch_a_planted_bug(bug: str, monkeypatch) -> None:
     from sbconform.targets import make_target
 
     PLANTED[bug](monkeypatch)
-    quick = settings(database=None, report_multiple_bugs=False, phases=[Phase.generate], max_examples=1000, stateful_step_count=50, deadline=None)
+    quick = settings(database=None, derandomize=True, report_multiple_bugs=False, phases=[Phase.generate], max_examples=1000, stateful_step_count=50, deadline=None)
     with pytest.raises(AssertionError):
         run_state_machine_as_test(paired_machine(lambda: make_target("reference")), settings=quick)
 
@@ -351,6 +351,6 @@ def test_the_properties_catch_a_broker_that_delivers_pings() -> None:
 
     from sbconform.targets import make_target
 
-    quick = settings(database=None, report_multiple_bugs=False, phases=[Phase.generate], max_examples=1000, stateful_step_count=50, deadline=None)
+    quick = settings(database=None, derandomize=True, report_multiple_bugs=False, phases=[Phase.generate], max_examples=1000, stateful_step_count=50, deadline=None)
     with pytest.raises(AssertionError, match="ping was delivered"):
         run_state_machine_as_test(paired_machine(lambda: make_target("mutant-pings-delivered")), settings=quick)
