@@ -108,24 +108,32 @@ def test_the_expectations_file_is_the_documented_limitations_of_the_catalog() ->
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("SBCONFORM_HEAVY"),
-                    reason="a certify run through the emulator stand-ins runs with SBCONFORM_HEAVY=1 (about 2 minutes)")
+                    reason="the full certify run through the emulator stand-ins runs with SBCONFORM_HEAVY=1 (about 6 minutes with 2 jobs)")
 def test_certify_the_emulator_target_against_the_stand_ins(images, tmp_path: Path) -> None:
-    """--target emulator end to end: the pair started, entities provisioned through the emulator's
-    management API (ServiceBusAdministrationClient over plain HTTP on its port 5300), clauses graded,
-    documented limitations skipped with their reason, and every container removed afterwards."""
+    """--target emulator end to end, every clause of the catalog: the pair started per test process,
+    entities provisioned through the emulator's management API (ServiceBusAdministrationClient over
+    plain HTTP on its port 5300), every clause reported (pass, fail, or skipped with its reason: the
+    documented limitations among them), none uncovered, and every container removed afterwards."""
     import sys
 
     repo = Path(__file__).resolve().parent.parent
     run = subprocess.run(
         [sys.executable, "-m", "sbconform.cli", "certify", "--target", "emulator", "--option", "accept_eula=Y",
-         "--option", "standin=true", "--jobs", "1", "--report-dir", str(tmp_path), "--expectations",
-         str(repo / "expectations" / "microsoft-emulator.toml"),
-         "--clause", "SETTLE-DEFR-001", "--clause", "SETTLE-PEEK-001", "--clause", "SETTLE-COMP-001", "--clause", "PART-KEY-001"],
-        cwd=repo, capture_output=True, text=True, timeout=900,
+         "--option", "standin=true", "--jobs", "2", "--report-dir", str(tmp_path), "--expectations",
+         str(repo / "expectations" / "microsoft-emulator.toml")],
+        cwd=repo, capture_output=True, text=True, timeout=1800,
     )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]  # a verdict, not a broken run
     report = json.loads((tmp_path / "report.json").read_text())
-    statuses = {cid: report["clauses"][cid]["status"] for cid in ("SETTLE-DEFR-001", "SETTLE-PEEK-001", "SETTLE-COMP-001", "PART-KEY-001")}
-    assert statuses == {"SETTLE-DEFR-001": "pass", "SETTLE-PEEK-001": "pass", "SETTLE-COMP-001": "pass", "PART-KEY-001": "skip"}, statuses
+    summary = report["summary"]
+    assert summary["uncovered"] == 0 and summary["incomplete"] is None and summary["scope"] == "catalog", summary
+    assert summary["pass"] > 90, summary  # provisioned and graded, not skipped wholesale
+    for cid, clause in report["clauses"].items():
+        assert clause["status"] in ("pass", "fail", "skip"), (cid, clause["status"])
+        if clause["status"] == "skip":
+            assert clause["reason"] or all(s["reason"] for s in clause["scenarios"]), cid
+    for cid in ("SETTLE-DEFR-001", "SETTLE-PEEK-001", "SETTLE-COMP-001"):
+        assert report["clauses"][cid]["status"] == "pass", (cid, report["clauses"][cid])
+    assert report["clauses"]["PART-KEY-001"]["status"] == "skip"
     assert "partitioned entities aren't compatible" in json.dumps(report["clauses"]["PART-KEY-001"])
     assert containers_left() == []
