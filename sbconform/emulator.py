@@ -141,7 +141,7 @@ class ServiceBusEmulatorContainer:
             sweep()  # what killed runs left behind (containers whose owner process is gone)
         except Exception:
             pass
-        labels = kit_labels()  # so that a run killed before stop() is swept by the next (sbconform.containers)
+        self.labels = labels = kit_labels()  # so that a run killed before stop() is swept by the next (sbconform.containers)
         try:
             self.network = Network(docker_network_kw={"labels": labels})
             self.network.create()
@@ -152,17 +152,7 @@ class ServiceBusEmulatorContainer:
             sql.start()
             _wait_for_log(sql, SQL_READY, self.sql_timeout, f"the SQL Server container ({self.sql_image})")
 
-            emulator = DockerContainer(self.image, labels=labels).with_network(self.network).with_exposed_ports(AMQP_PORT, HTTP_PORT)
-            environment = {"ACCEPT_EULA": "Y", "SQL_SERVER": SQL_ALIAS, "MSSQL_SA_PASSWORD": self.sql_password, **self.env}
-            for name, value in environment.items():
-                emulator = emulator.with_env(name, value)
-            if self.config is not None:
-                emulator = emulator.with_volume_mapping(str(self.config.resolve()), CONFIG_IN_CONTAINER, mode="ro")
-            self.emulator = emulator
-            emulator.start()
-            _wait_for_log(emulator, EMULATOR_READY, self.startup_timeout, f"the emulator ({self.image})")
-            self._wait_healthy()
-            self._amqp_round_trip()
+            self._start_emulator()
         except EmulatorError:
             self.stop()
             raise
@@ -173,6 +163,42 @@ class ServiceBusEmulatorContainer:
             self.stop()
             raise
         return self
+
+    def _start_emulator(self) -> None:
+        from testcontainers.core.container import DockerContainer
+
+        emulator = DockerContainer(self.image, labels=self.labels).with_network(self.network).with_exposed_ports(AMQP_PORT, HTTP_PORT)
+        environment = {"ACCEPT_EULA": "Y", "SQL_SERVER": SQL_ALIAS, "MSSQL_SA_PASSWORD": self.sql_password, **self.env}
+        for name, value in environment.items():
+            emulator = emulator.with_env(name, value)
+        if self.config is not None:
+            emulator = emulator.with_volume_mapping(str(self.config.resolve()), CONFIG_IN_CONTAINER, mode="ro")
+        self.emulator = emulator
+        emulator.start()
+        _wait_for_log(emulator, EMULATOR_READY, self.startup_timeout, f"the emulator ({self.image})")
+        self._wait_healthy()
+        self._amqp_round_trip()
+
+    def restart(self, config: str | Path) -> None:
+        """Restart the emulator (not its SQL Server) reading ``config``: how entities change on an
+        emulator without a management API ("Changes aren't honored on the fly. For changes to take
+        effect, you must restart the container": the overview page, "Quota configuration changes").
+        Its ports change; a failure removes everything, as a failed start does."""
+        self.config = Path(config)
+        old, self.emulator = self.emulator, None
+        try:
+            if old is not None:
+                old.stop()
+            self._start_emulator()
+        except EmulatorError:
+            self.stop()
+            raise
+        except Exception as error:
+            self.stop()
+            raise EmulatorError(f"the emulator could not be restarted: {type(error).__name__}: {error}") from None
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """Remove both containers and the network (each step tried even if another fails)."""

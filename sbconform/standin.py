@@ -13,7 +13,9 @@ readiness) and nothing of what they do: the tests using them grade the wiring, n
   (the emulator's default entities if absent), refusing a config past the emulator's documented
   quotas; then serves AMQP on 5672 (``sbconform serve`` with the emulator's quotas) and HTTP on
   ``EMULATOR_HTTP_PORT`` (default 5300: ``/health``, and the management API where this sbconform
-  has one), and prints the real emulator's ready line.
+  has one; ``STANDIN_NO_MANAGEMENT=1``: ``/health`` only, as emulator versions without the
+  management API), and prints the real emulator's ready line. Its AMQP port and management API
+  enforce the emulator's documented quotas (sbconform.emulator.QUOTAS).
 """
 
 from __future__ import annotations
@@ -186,10 +188,40 @@ def emulator() -> None:
 
 
 def _http_server(server, port: int):
-    """The emulator's HTTP port: the management API (ServiceBusAdministrationClient) and ``/health``."""
+    """The emulator's HTTP port: the management API (ServiceBusAdministrationClient) and ``/health``;
+    with ``STANDIN_NO_MANAGEMENT=1``, ``/health`` alone, as emulator versions before the management
+    API (entities then come from Config.json only)."""
+    if os.environ.get("STANDIN_NO_MANAGEMENT") == "1":
+        return _HealthOnly(port)
     from .server.admin_http import AdminHttp
 
     return AdminHttp(server, "0.0.0.0", port)
+
+
+class _HealthOnly:
+    def __init__(self, port: int) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                status = 200 if self.path.split("?")[0] == "/health" else 404
+                body = b"Healthy" if status == 200 else b"no management API in this emulator version"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_PUT = do_DELETE = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,11 +27,29 @@ def images():
         pytest.skip(f"no container engine: {error}")
 
 
-def containers_left(image_prefix: str = "localhost/sbconform-standin") -> list[str]:
+def _standin_containers(image_prefix: str = "localhost/sbconform-standin") -> set[str]:
     from sbconform.containers import engine
 
     out = engine().run("ps", "-a", "--format", "{{.Image}} {{.Names}}", capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if line.startswith(image_prefix)]
+    return {line for line in out.splitlines() if line.startswith(image_prefix)}
+
+
+_BEFORE: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _snapshot(request):
+    """The stand-in containers that existed before the test (another run's), which it must not count."""
+    global _BEFORE
+    if "images" in request.fixturenames:
+        request.getfixturevalue("images")
+        _BEFORE = _standin_containers()
+    yield
+
+
+def containers_left() -> list[str]:
+    """Stand-in containers started since the test began and still there."""
+    return sorted(_standin_containers() - _BEFORE)
 
 
 def test_a_user_starts_the_emulator_sends_and_receives(images, tmp_path: Path) -> None:
@@ -136,4 +154,108 @@ def test_certify_the_emulator_target_against_the_stand_ins(images, tmp_path: Pat
         assert report["clauses"][cid]["status"] == "pass", (cid, report["clauses"][cid])
     assert report["clauses"]["PART-KEY-001"]["status"] == "skip"
     assert "partitioned entities aren't compatible" in json.dumps(report["clauses"]["PART-KEY-001"])
+    assert containers_left() == []
+
+
+# ------------------------------------------------ control=config: no management API, Config.json
+class FakeEmulator:
+    """Records the Config.json of each restart (the batching logic, without containers)."""
+
+    def __init__(self) -> None:
+        self.configs: list[dict] = []
+
+    def restart(self, path) -> None:
+        self.configs.append(json.loads(Path(path).read_text()))
+
+    def get_connection_string(self) -> str:
+        return "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+
+
+def test_config_mode_restarts_once_for_a_batch_of_planned_tests_within_the_entity_quota(tmp_path: Path, monkeypatch) -> None:
+    from sbconform.emulator_plan import Plan, entity_name
+    from sbconform.targets.emulator import EmulatorTarget, _base_config
+
+    tests = [f"tests/test_features.py::test_{i}" for i in range(30)]
+    plan = tmp_path / "plan.jsonl"
+    lines = []
+    for test in tests:  # each test: a queue forwarding to a topic with one subscription (2 entities)
+        lines.append({"test": test, "kind": "topic", "name": "t", "properties": {}})
+        lines.append({"test": test, "kind": "subscription", "topic": "t", "name": "s", "properties": {"max_delivery_count": 3}})
+        lines.append({"test": test, "kind": "queue", "name": "q", "properties": {"lock_duration": 5000, "forward_to": "t"}})
+    plan.write_text("\n".join(json.dumps(line) for line in lines))
+    target = EmulatorTarget(accept_eula="Y", control="config", plan=str(plan))
+    fake = FakeEmulator()
+    target.emulator, target.plan, target.mine, target._suffix = fake, Plan.load(plan), [], "x"
+    fake.sbconform_config, fake.sbconform_restarts = _base_config(None), 0
+    target.handles, target.client, target._low_level = [], None, None
+
+    def run(test: str) -> tuple[str, str]:
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"{test} (call)")
+        target.mine = []
+        topic = target.create_topic("t")
+        target.create_subscription(topic, "s", max_delivery_count=3)
+        return topic, target.create_queue("q", lock_duration=5000, forward_to=topic)
+
+    topic, queue = run(tests[0])
+    assert (topic, queue) == (entity_name("t", tests[0]), entity_name("q", tests[0]))
+    assert len(fake.configs) == 1
+    [ns] = fake.configs[0]["UserConfig"]["Namespaces"]
+    assert set(ns) <= {"Name", "Queues", "Topics"}  # the emulator's schema: no sbconform extensions
+    # the image's two entities, then 24 whole tests of 2 queues and topics each: 50, the documented quota
+    assert len(ns["Queues"]) + len(ns["Topics"]) == 50
+    first = next(q for q in ns["Queues"] if q["Name"] == queue)
+    assert first["Properties"] == {"LockDuration": "PT5S", "ForwardTo": topic}
+    assert next(t for t in ns["Topics"] if t["Name"] == topic)["Subscriptions"] == [{"Name": "s", "Properties": {"MaxDeliveryCount": 3}}]
+    for test in tests[1:24]:
+        run(test)
+    assert len(fake.configs) == 1  # the batch held them
+    run(tests[24])
+    assert len(fake.configs) == 2  # the next batch
+    names = {q["Name"] for q in fake.configs[1]["UserConfig"]["Namespaces"][0]["Queues"]}
+    assert entity_name("q", tests[24]) in names and entity_name("q", tests[29]) in names and entity_name("q", tests[0]) not in names
+
+
+def test_config_mode_skips_what_config_json_cannot_say_and_refuses_bad_options(tmp_path: Path) -> None:
+    from sbconform.targets.emulator import EmulatorTarget
+
+    with pytest.raises(ValueError, match="no such file"):
+        EmulatorTarget(accept_eula="Y", control="config", plan=str(tmp_path / "nope.jsonl"))
+    with pytest.raises(ValueError, match="for control=config"):
+        EmulatorTarget(accept_eula="Y", control="admin", plan=__file__)
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        EmulatorTarget(accept_eula="Y", env="=x")
+    target = EmulatorTarget(accept_eula="Y", control="config")
+    assert "entity-management" not in target.capabilities and "Config.json" in target.lacking["entity-management"]
+
+
+def test_an_emulator_without_management_api_is_provisioned_through_config_json(images, tmp_path: Path, monkeypatch) -> None:
+    """The stand-in with its management API off (STANDIN_NO_MANAGEMENT=1, as emulator versions before
+    it): control=config restarts it with a Config.json holding the queue, which then works over AMQP."""
+    import urllib.error
+    import urllib.request
+
+    from reference import Message
+    from sbconform.targets.emulator import EmulatorTarget
+
+    target = EmulatorTarget(accept_eula="Y", standin="true", control="config", env="STANDIN_NO_MANAGEMENT=1")
+    target.open()
+    try:
+        emulator = target.emulator
+        with pytest.raises(urllib.error.HTTPError) as refused:  # no management API on the HTTP port
+            urllib.request.urlopen(f"http://{emulator.host()}:{emulator.http_port()}/$Resources/queues", timeout=5)
+        assert refused.value.code == 404
+        queue = target.create_queue("orders", lock_duration=5000)
+        assert emulator.sbconform_restarts == 1
+        sender, receiver = target.sender(queue), target.receiver(queue)
+        target.send(sender, [Message(body=b"x", message_id="m1")])
+        [got] = target.receive(receiver, max_count=1, max_wait=5000)
+        assert got.message_id == "m1" and got.locked_until - got.enqueued_time <= 5000 + 1000
+        target.complete(receiver, got)
+    finally:
+        target.close()
+        from sbconform.targets.emulator import _LOCK, _RUNNING
+
+        with _LOCK:
+            for key in [k for k, v in _RUNNING.items() if v is target.emulator]:
+                _RUNNING.pop(key).stop()
     assert containers_left() == []
