@@ -56,6 +56,11 @@ class EmulatorError(RuntimeError):
     """The emulator (or its SQL Server) could not be started: the message says why."""
 
 
+def _last(container: Any, lines: int = 5) -> str:
+    """A container's last log lines on one line (the error stays one line)."""
+    return " | ".join(line.strip() for line in _tail(container, lines).splitlines() if line.strip()) or "(no output)"
+
+
 def _tail(container: Any, lines: int = 15) -> str:
     try:
         out, err = container.get_wrapped_container().logs(stdout=True, stderr=True), b""
@@ -84,9 +89,9 @@ def _wait_for_log(container: Any, line: str, timeout: float, what: str) -> None:
         if line in _tail(container, 1_000_000):  # the whole log: the line may be followed by many
             return
         if _exited(container):
-            raise EmulatorError(f"{what} exited before it was ready; its last lines:\n{_tail(container)}")
+            raise EmulatorError(f"{what} exited before it was ready; its last lines: {_last(container)}")
         if time.monotonic() > deadline:
-            raise EmulatorError(f"{what} did not become ready within {timeout:.0f} s (waiting for {line!r}); its last lines:\n{_tail(container)}")
+            raise EmulatorError(f"{what} did not become ready within {timeout:.0f} s (waiting for {line!r}); its last lines: {_last(container)}")
         time.sleep(0.5)
 
 
@@ -236,7 +241,7 @@ class ServiceBusEmulatorContainer:
             except Exception as error:
                 last = str(error)
             if _exited(self.emulator):
-                raise EmulatorError(f"the emulator ({self.image}) exited; its last lines:\n{_tail(self.emulator)}")
+                raise EmulatorError(f"the emulator ({self.image}) exited; its last lines: {_last(self.emulator)}")
             time.sleep(0.5)
         raise EmulatorError(f"the emulator's health endpoint {url} did not answer 200 ({last})")
 

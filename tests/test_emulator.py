@@ -259,3 +259,81 @@ def test_an_emulator_without_management_api_is_provisioned_through_config_json(i
             for key in [k for k, v in _RUNNING.items() if v is target.emulator]:
                 _RUNNING.pop(key).stop()
     assert containers_left() == []
+
+
+# ------------------------------------------------------------------ bad cases: one line, exit 2
+def certify_cli(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "emulator", *options,
+                           "--report-dir", str(tmp_path / "report"), "--clause", "SETTLE-COMP-001"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+
+
+def test_certify_without_the_eula_accepted_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    run = certify_cli(tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "accept_eula=Y" in run.stderr and not (tmp_path / "report" / "report.json").exists()
+
+
+def test_certify_with_a_config_past_the_quotas_is_one_line_naming_it_and_leaves_nothing(images, tmp_path: Path) -> None:
+    config = standin_config(tmp_path / "Config.json", queues=51)
+    run = certify_cli(tmp_path, "--option", "accept_eula=Y", "--option", "standin=true", "--option", f"config={config}")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "exited" in run.stderr and "51 queues and topics configured" in run.stderr
+    assert not (tmp_path / "report" / "report.json").exists()
+    assert containers_left() == []
+
+
+def test_the_stand_in_enforces_the_documented_quotas(images, tmp_path: Path) -> None:
+    """Its management API refuses a 51st queue or topic and a time to live past 1 hour; its AMQP port
+    an 11th connection (sbconform.emulator.QUOTAS, from the emulator's "Usage quotas")."""
+    import datetime as dt
+
+    from azure.core.exceptions import HttpResponseError
+    from azure.servicebus.management import ServiceBusAdministrationClient
+    from proton.utils import BlockingConnection
+
+    from sbconform.server.admin_http import plain_http_transport
+
+    with ServiceBusEmulatorContainer(*images, accept_eula=True) as emulator:  # starts with queue.1 and topic.1
+        admin = ServiceBusAdministrationClient.from_connection_string(emulator.get_management_connection_string(),
+                                                                      transport=plain_http_transport())
+        with pytest.raises(HttpResponseError):
+            admin.create_queue("long-lived", default_message_time_to_live=dt.timedelta(hours=2))
+        admin.create_queue("an-hour", default_message_time_to_live=dt.timedelta(hours=1))
+        for i in range(47):
+            admin.create_queue(f"q{i}")
+        with pytest.raises(HttpResponseError) as refused:
+            admin.create_topic("the-51st")
+        assert "50" in str(refused.value)
+        url = f"amqp://{emulator.host()}:{emulator.amqp_port()}"
+        connections = [BlockingConnection(url, allowed_mechs="ANONYMOUS", timeout=10) for _ in range(10)]  # each opened
+        try:
+            with pytest.raises(Exception):  # the eleventh is closed at once, before its OPEN is answered
+                BlockingConnection(url, allowed_mechs="ANONYMOUS", timeout=10)
+        finally:
+            for connection in connections:
+                connection.close()
+    assert containers_left() == []
+
+
+def test_a_scenario_needing_more_than_a_quota_is_skipped_naming_it() -> None:
+    from sbconform.targets.emulator import EmulatorTarget
+
+    target = EmulatorTarget(accept_eula="Y")
+    target.handles = [object()] * 10
+    with pytest.raises(pytest.skip.Exception, match="Number of concurrent connections to namespace: 10"):
+        target.sender("q")
+    with pytest.raises(pytest.skip.Exception, match=r"Message Time to Live \(1hr\).*overview-emulator"):
+        target.create_queue("q", default_message_time_to_live=2 * 3600 * 1000)
+    target.created = ["x"] * 48  # and the image's queue.1 and topic.1: 50
+    with pytest.raises(pytest.skip.Exception, match="Number of entities"):
+        target.create_topic("t")
+    from reference import Message
+
+    with pytest.raises(pytest.skip.Exception, match="a message time to live of 7200000 ms"):
+        target.send(None, [Message(body=b"x", time_to_live=2 * 3600 * 1000)])

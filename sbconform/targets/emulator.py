@@ -83,10 +83,10 @@ class EmulatorTarget(SdkTarget):
         plan: str | None = None,
         env: str = "",
     ) -> None:
-        from ..emulator import DEFAULT_SQL_PASSWORD, EMULATOR_IMAGE, SQL_IMAGE, EmulatorError
+        from ..emulator import DEFAULT_SQL_PASSWORD, EMULATOR_IMAGE, SQL_IMAGE
 
         if str(accept_eula).upper() not in ("Y", "YES", "TRUE", "1"):
-            raise EmulatorError(
+            raise ValueError(  # an option the user must give: one line, exit 2 (not the broker's failure)
                 "the emulator's license terms must be accepted: --option accept_eula=Y "
                 "(github.com/Azure/azure-service-bus-emulator-installer/blob/main/EMULATOR_EULA.txt)"
             )
@@ -333,3 +333,31 @@ def _base_config(config: str | None) -> Any:
         for sub, sub_props in subs:
             builder.add("subscription", sub, name, dict(sub_props))
     return builder
+
+
+def preflight(options: dict[str, Any]) -> None:
+    """Before certify starts its test processes: the engine is there, and the emulator and its SQL
+    Server start with these options (then are removed). A set-up that cannot start (SQL Server
+    never ready, an emulator that exits, a config past the emulator's quotas) is one line and exit
+    2, never a failure of every clause. Raises PreflightError."""
+    from ..emulator import EmulatorError, ServiceBusEmulatorContainer
+    from .preflight import PreflightError, check_engine
+
+    check_engine()
+    target = EmulatorTarget(**options)
+    if target.standin:
+        from ..containers import EngineUnavailable
+        from ..emulator import standin_images
+
+        try:
+            target.image, target.sql_image = standin_images(log=lambda *_: None)
+        except EngineUnavailable as error:
+            raise PreflightError(f"the stand-in images cannot be built: {error}") from None
+    trial = ServiceBusEmulatorContainer(target.image, target.sql_image, accept_eula=True, config=target.config,
+                                        sql_password=target.sql_password, env=dict(target.env))
+    try:
+        trial.start()
+    except EmulatorError as error:
+        raise PreflightError(str(error)) from None
+    finally:
+        trial.stop()
