@@ -9,14 +9,19 @@ Options (``--option KEY=VALUE``):
 - ``standin=true``: use sbconform's stand-ins instead (sbconform.standin: they take the emulator's
   environment, ports and config, for testing the orchestration where the images cannot be pulled).
 - ``config``: a Config.json for the emulator to start with.
-- ``sql_password``, ``control`` (``auto``: the emulator's management API on its HTTP port when it
-  answers, else ``none``: entities come from ``config`` and scenarios creating entities are skipped),
-  ``prefix``.
+- ``sql_password``; ``env``: ``NAME=VALUE,...`` for the emulator's container; ``prefix``.
+- ``control``: ``auto`` or ``admin`` (the default): entities created per test and deleted after,
+  through the emulator's management API on its HTTP port (ServiceBusAdministrationClient);
+  ``config``: for emulator versions without that API, entities written into a generated
+  Config.json and the emulator restarted, in batches from a ``plan`` recorded on the reference
+  target (sbconform.emulator_plan); ``none``: entities come from ``config`` only, and scenarios
+  that manage entities are skipped.
 
 One emulator per test process, shared by its tests; ``--jobs N`` starts N. What the emulator
 documents it does not support is declared as lacking capabilities, with the source, so those
-scenarios are skipped with that reason; ``expectations/microsoft-emulator.toml`` lists clauses the
-emulator documents it behaves differently on.
+scenarios are skipped with that reason; a scenario needing more than one of its documented usage
+quotas (sbconform.emulator.QUOTAS) is skipped naming the quota. ``expectations/microsoft-emulator.toml``
+lists both, with their source.
 """
 
 from __future__ import annotations
