@@ -122,10 +122,12 @@ def test_a_process_killed_with_sigkill_leaves_containers_the_next_sweep_removes(
 def test_ctrl_c_on_certify_leaves_no_container(images, tmp_path: Path) -> None:
     from sbconform.containers import engine
 
-    def sessions() -> set[str]:
-        out = engine().run("ps", "-a", "--filter", f"label={LABEL_SESSION}", "--format", f'{{{{index .Labels "{LABEL_SESSION}"}}}}',
+    def sessions(exclude_pid: int = 0) -> set[str]:
+        """Sessions of the kit's containers (those started by ``exclude_pid`` left out)."""
+        out = engine().run("ps", "-a", "--filter", f"label={LABEL_SESSION}", "--format",
+                           f'{{{{index .Labels "{LABEL_SESSION}"}}}} {{{{index .Labels "{LABEL_PID}"}}}}',
                            capture_output=True, text=True).stdout
-        return set(out.split())
+        return {line.split()[0] for line in out.splitlines() if line.split() and line.split()[-1] != str(exclude_pid)}
 
     before = sessions()
     run = subprocess.Popen(
@@ -137,8 +139,8 @@ def test_ctrl_c_on_certify_leaves_no_container(images, tmp_path: Path) -> None:
         new: set[str] = set()
         while not new and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.5)
-            new = sessions() - before
-        assert new, "certify started no labelled container"
+            new = sessions(exclude_pid=run.pid) - before  # its test process's (not its preflight's): the run is under way
+        assert new, "certify's test process started no labelled container"
         run.send_signal(signal.SIGINT)
         out, _ = run.communicate(timeout=120)
     finally:
