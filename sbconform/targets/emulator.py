@@ -307,6 +307,12 @@ class EmulatorTarget(SdkTarget):
         self.handles.clear()
         self.emulator.restart(path)
         self.emulator.sbconform_config = builder
+        import shutil
+
+        previous = getattr(self.emulator, "sbconform_config_dir", None)  # mounted by the container just replaced
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+        self.emulator.sbconform_config_dir = directory
         self.connection_string = self.emulator.get_connection_string()
         from azure.servicebus import ServiceBusClient
 
