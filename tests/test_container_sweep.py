@@ -123,11 +123,13 @@ def test_ctrl_c_on_certify_leaves_no_container(images, tmp_path: Path) -> None:
     from sbconform.containers import engine
 
     def sessions(exclude_pid: int = 0) -> set[str]:
-        """Sessions of the kit's containers (those started by ``exclude_pid`` left out)."""
+        """Sessions of the kit's containers of this checkout's stand-in images (another checkout's
+        runs on the same engine use other tags), those started by ``exclude_pid`` left out."""
         out = engine().run("ps", "-a", "--filter", f"label={LABEL_SESSION}", "--format",
-                           f'{{{{index .Labels "{LABEL_SESSION}"}}}} {{{{index .Labels "{LABEL_PID}"}}}}',
+                           f'{{{{.Image}}}} {{{{index .Labels "{LABEL_SESSION}"}}}} {{{{index .Labels "{LABEL_PID}"}}}}',
                            capture_output=True, text=True).stdout
-        return {line.split()[0] for line in out.splitlines() if line.split() and line.split()[-1] != str(exclude_pid)}
+        rows = [line.split() for line in out.splitlines()]
+        return {row[1] for row in rows if len(row) == 3 and row[0] in images and row[2] != str(exclude_pid)}
 
     before = sessions()
     run = subprocess.Popen(

@@ -27,22 +27,25 @@ def images():
         pytest.skip(f"no container engine: {error}")
 
 
-def _standin_containers(image_prefix: str = "localhost/sbconform-standin") -> set[str]:
+_IMAGES: tuple[str, ...] = ()
+_BEFORE: set[str] = set()
+
+
+def _standin_containers() -> set[str]:
+    """Containers of this checkout's stand-in images (the tag carries a digest of the sources, so
+    another checkout's runs, on the same engine, use other images)."""
     from sbconform.containers import engine
 
     out = engine().run("ps", "-a", "--format", "{{.Image}} {{.Names}}", capture_output=True, text=True).stdout
-    return {line for line in out.splitlines() if line.startswith(image_prefix)}
-
-
-_BEFORE: set[str] = set()
+    return {line for line in out.splitlines() if line.split(" ", 1)[0] in _IMAGES}
 
 
 @pytest.fixture(autouse=True)
 def _snapshot(request):
     """The stand-in containers that existed before the test (another run's), which it must not count."""
-    global _BEFORE
+    global _BEFORE, _IMAGES
     if "images" in request.fixturenames:
-        request.getfixturevalue("images")
+        _IMAGES = tuple(request.getfixturevalue("images"))
         _BEFORE = _standin_containers()
     yield
 
