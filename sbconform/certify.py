@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Sequence, TextIO
 
@@ -125,6 +126,16 @@ def _validate(target: str, report_dir: Path, options: Sequence[str], connection_
     return expected, parsed
 
 
+def _sweep_session(session: str) -> None:
+    try:
+        from .containers import sweep
+
+        sweep(session=session)
+    except Exception as error:  # never hides the report; says what may be left
+        print(f"sbconform certify: could not remove the containers of session {session}: {error} "
+              "(sbconform container sweep removes them)", file=sys.stderr, flush=True)
+
+
 def _certify(target, report_dir, options, connection_string, expectations, hypothesis_profile, pytest_args, clauses,
              trace_dir, jobs, shard_timeout, junit_xml, html, progress, out) -> int:
     connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
@@ -156,6 +167,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     base = [c for c in command if c != str(root / "tests")] + options_only
     command += list(pytest_args)
     env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile, "SBCONFORM_CERTIFY_CHILD": "1"}
+    env["SBCONFORM_SESSION"] = session = uuid.uuid4().hex[:12]  # labels the containers its tests start
     env.pop(CONNECTION_STRING_ENV, None)
     if connection_string:
         env[CONNECTION_STRING_ENV] = connection_string  # never on the command line (ps shows it)
@@ -174,6 +186,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         raw = run.partial_results()
     finally:
         run.stop_all()
+        if target in ("emulator", "container"):  # what its killed test processes left running
+            _sweep_session(session)
         for s, handler in previous.items():
             signal.signal(s, handler)
         run.close()

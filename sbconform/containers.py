@@ -149,6 +149,8 @@ def _start_podman() -> Engine:
             raise EngineUnavailable(f"podman system service did not start: {(state / 'service.log').read_text()[-1000:]}")
         time.sleep(0.05)
     found = Engine("podman", f"unix://{socket}", {**env, "DOCKER_HOST": f"unix://{socket}"}, process)
+    # who started this service: a service whose owner was killed is stopped by the next sweep
+    (state / "owner").write_text(f"{os.getpid()} {_process_start(os.getpid())} {process.pid}\n", encoding="utf-8")
     atexit.register(found.stop)
     probe = found.run("info", capture_output=True, text=True)
     if probe.returncode != 0:
@@ -217,3 +219,128 @@ def ensure_serve_image(tag: str = SERVE_IMAGE, eng: Engine | None = None, log=pr
     if not eng.has_image(tag):
         build_serve_image(tag, eng=eng, log=log)
     return tag
+
+
+# ------------------------------------------------------------- labels and the sweep
+#: Every container and network the kit starts carries these labels, so that what a killed
+#: process left behind can be found and removed (``sweep``), and nothing else is ever touched:
+#: the session (one certify run and its test processes share it: ``SBCONFORM_SESSION``), the
+#: process that started it (its pid and that pid's start time, so a reused pid is not mistaken
+#: for the owner) and the host it runs on.
+LABEL_SESSION = "org.sbconform.session"
+LABEL_PID = "org.sbconform.pid"
+LABEL_PID_START = "org.sbconform.pid-start"
+LABEL_HOST = "org.sbconform.host"
+SESSION_ENV = "SBCONFORM_SESSION"
+
+
+def session_id() -> str:
+    """This process's session: inherited from ``SBCONFORM_SESSION`` (certify sets it for its test
+    processes), else a new one, put into the environment so that children share it."""
+    import uuid
+
+    if not os.environ.get(SESSION_ENV):
+        os.environ[SESSION_ENV] = uuid.uuid4().hex[:12]
+    return os.environ[SESSION_ENV]
+
+
+def _process_start(pid: int) -> str:
+    """The start time of ``pid`` (clock ticks since boot, /proc/PID/stat field 22), '' if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def kit_labels() -> dict[str, str]:
+    import socket
+
+    pid = os.getpid()
+    return {LABEL_SESSION: session_id(), LABEL_PID: str(pid), LABEL_PID_START: _process_start(pid),
+            LABEL_HOST: socket.gethostname()}
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the process that started a labelled container still runs (on another host: assumed so)."""
+    import socket
+
+    if labels.get(LABEL_HOST) != socket.gethostname():
+        return True
+    try:
+        pid = int(labels.get(LABEL_PID, ""))
+    except ValueError:
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    started = labels.get(LABEL_PID_START, "")
+    return not started or _process_start(pid) in ("", started)
+
+
+def sweep(session: str | None = None, eng: Engine | None = None) -> list[str]:
+    """Remove the kit's containers and networks whose owner process is gone (or, with ``session``,
+    every one of that session: certify calls it once its test processes are stopped). Only what
+    carries the kit's labels is considered. Returns what was removed ("container NAME", "network NAME")."""
+    import docker
+
+    eng = eng or engine()
+    client = docker.DockerClient(base_url=eng.docker_host)
+    removed: list[str] = []
+    try:
+        def doomed(labels: dict[str, str]) -> bool:
+            if LABEL_SESSION not in labels:
+                return False
+            return labels[LABEL_SESSION] == session if session is not None else not owner_alive(labels)
+
+        for container in client.containers.list(all=True, filters={"label": LABEL_SESSION}):
+            if doomed(container.labels or {}):
+                try:
+                    container.remove(force=True, v=True)
+                    removed.append(f"container {container.name}")
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError:
+                    pass  # another sweep got there first, or it is being removed
+        for network in client.networks.list(filters={"label": LABEL_SESSION}):
+            if doomed(network.attrs.get("Labels") or {}):
+                try:
+                    network.remove()
+                    removed.append(f"network {network.name}")
+                except docker.errors.APIError:
+                    pass  # still in use by a container of a live owner, or already gone
+    finally:
+        client.close()
+    return removed + sweep_podman_services()
+
+
+def sweep_podman_services() -> list[str]:
+    """Stop the podman API services (started by ``_start_podman``) whose owner process is gone: a
+    killed process cannot stop its own. A service is recognised by its state directory's ``owner``
+    file and by its command line naming that directory's socket, so no other process is touched."""
+    import signal
+
+    stopped = []
+    for owner_file in Path(tempfile.gettempdir()).glob("sbconform-podman-*/owner"):
+        try:
+            owner, started, service = owner_file.read_text(encoding="utf-8").split()
+        except (OSError, ValueError):
+            continue
+        if owner_alive({LABEL_PID: owner, LABEL_PID_START: started, LABEL_HOST: __import__("socket").gethostname()}):
+            continue
+        socket_path = str(owner_file.parent / "podman.sock")
+        try:
+            cmdline = Path(f"/proc/{service}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cmdline = ""
+        if socket_path in cmdline:
+            try:
+                os.kill(int(service), signal.SIGTERM)
+                stopped.append(f"podman service {service}")
+            except (ProcessLookupError, PermissionError, ValueError):
+                pass
+        shutil.rmtree(owner_file.parent, ignore_errors=True)
+    return stopped

@@ -35,6 +35,7 @@ import json
 import time
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,11 @@ DEFAULT_SQL_PASSWORD = "Sbconform!Local1"  # meets SQL Server's policy; a local 
 
 class EmulatorError(RuntimeError):
     """The emulator (or its SQL Server) could not be started: the message says why."""
+
+
+def _last(container: Any, lines: int = 5) -> str:
+    """A container's last log lines on one line (the error stays one line)."""
+    return " | ".join(line.strip() for line in _tail(container, lines).splitlines() if line.strip()) or "(no output)"
 
 
 def _tail(container: Any, lines: int = 15) -> str:
@@ -83,9 +89,9 @@ def _wait_for_log(container: Any, line: str, timeout: float, what: str) -> None:
         if line in _tail(container, 1_000_000):  # the whole log: the line may be followed by many
             return
         if _exited(container):
-            raise EmulatorError(f"{what} exited before it was ready; its last lines:\n{_tail(container)}")
+            raise EmulatorError(f"{what} exited before it was ready; its last lines: {_last(container)}")
         if time.monotonic() > deadline:
-            raise EmulatorError(f"{what} did not become ready within {timeout:.0f} s (waiting for {line!r}); its last lines:\n{_tail(container)}")
+            raise EmulatorError(f"{what} did not become ready within {timeout:.0f} s (waiting for {line!r}); its last lines: {_last(container)}")
         time.sleep(0.5)
 
 
@@ -133,30 +139,25 @@ class ServiceBusEmulatorContainer:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.network import Network
 
-        from .containers import engine
+        from .containers import engine, kit_labels, sweep
 
         engine()
         try:
-            self.network = Network()
+            sweep()  # what killed runs left behind (containers whose owner process is gone)
+        except Exception:
+            pass
+        self.labels = labels = kit_labels()  # so that a run killed before stop() is swept by the next (sbconform.containers)
+        try:
+            self.network = Network(docker_network_kw={"labels": labels})
             self.network.create()
-            sql = DockerContainer(self.sql_image).with_network(self.network).with_network_aliases(SQL_ALIAS)
+            sql = DockerContainer(self.sql_image, labels=labels).with_network(self.network).with_network_aliases(SQL_ALIAS)
             for name, value in {"ACCEPT_EULA": "Y", "MSSQL_SA_PASSWORD": self.sql_password, **self.sql_env}.items():
                 sql = sql.with_env(name, value)
             self.sql = sql
             sql.start()
             _wait_for_log(sql, SQL_READY, self.sql_timeout, f"the SQL Server container ({self.sql_image})")
 
-            emulator = DockerContainer(self.image).with_network(self.network).with_exposed_ports(AMQP_PORT, HTTP_PORT)
-            environment = {"ACCEPT_EULA": "Y", "SQL_SERVER": SQL_ALIAS, "MSSQL_SA_PASSWORD": self.sql_password, **self.env}
-            for name, value in environment.items():
-                emulator = emulator.with_env(name, value)
-            if self.config is not None:
-                emulator = emulator.with_volume_mapping(str(self.config.resolve()), CONFIG_IN_CONTAINER, mode="ro")
-            self.emulator = emulator
-            emulator.start()
-            _wait_for_log(emulator, EMULATOR_READY, self.startup_timeout, f"the emulator ({self.image})")
-            self._wait_healthy()
-            self._amqp_round_trip()
+            self._start_emulator()
         except EmulatorError:
             self.stop()
             raise
@@ -167,6 +168,42 @@ class ServiceBusEmulatorContainer:
             self.stop()
             raise
         return self
+
+    def _start_emulator(self) -> None:
+        from testcontainers.core.container import DockerContainer
+
+        emulator = DockerContainer(self.image, labels=self.labels).with_network(self.network).with_exposed_ports(AMQP_PORT, HTTP_PORT)
+        environment = {"ACCEPT_EULA": "Y", "SQL_SERVER": SQL_ALIAS, "MSSQL_SA_PASSWORD": self.sql_password, **self.env}
+        for name, value in environment.items():
+            emulator = emulator.with_env(name, value)
+        if self.config is not None:
+            emulator = emulator.with_volume_mapping(str(self.config.resolve()), CONFIG_IN_CONTAINER, mode="ro")
+        self.emulator = emulator
+        emulator.start()
+        _wait_for_log(emulator, EMULATOR_READY, self.startup_timeout, f"the emulator ({self.image})")
+        self._wait_healthy()
+        self._amqp_round_trip()
+
+    def restart(self, config: str | Path) -> None:
+        """Restart the emulator (not its SQL Server) reading ``config``: how entities change on an
+        emulator without a management API ("Changes aren't honored on the fly. For changes to take
+        effect, you must restart the container": the overview page, "Quota configuration changes").
+        Its ports change; a failure removes everything, as a failed start does."""
+        self.config = Path(config)
+        old, self.emulator = self.emulator, None
+        try:
+            if old is not None:
+                old.stop()
+            self._start_emulator()
+        except EmulatorError:
+            self.stop()
+            raise
+        except Exception as error:
+            self.stop()
+            raise EmulatorError(f"the emulator could not be restarted: {type(error).__name__}: {error}") from None
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """Remove both containers and the network (each step tried even if another fails)."""
@@ -204,7 +241,7 @@ class ServiceBusEmulatorContainer:
             except Exception as error:
                 last = str(error)
             if _exited(self.emulator):
-                raise EmulatorError(f"the emulator ({self.image}) exited; its last lines:\n{_tail(self.emulator)}")
+                raise EmulatorError(f"the emulator ({self.image}) exited; its last lines: {_last(self.emulator)}")
             time.sleep(0.5)
         raise EmulatorError(f"the emulator's health endpoint {url} did not answer 200 ({last})")
 
@@ -293,6 +330,43 @@ def unique_name(prefix: str = "sbconform") -> str:
 
 # ------------------------------------------------------------------ expectations
 OVERVIEW_URL = "https://learn.microsoft.com/azure/service-bus-messaging/overview-emulator"
+#: the same page's source (MicrosoftDocs/azure-docs, articles/service-bus-messaging/overview-emulator.md)
+OVERVIEW_SOURCE = "https://github.com/MicrosoftDocs/azure-docs/blob/main/articles/service-bus-messaging/overview-emulator.md"
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One row of the emulator's "Usage quotas" table (OVERVIEW_URL): its maximum, the unit, the
+    row's words as the page gives them, and whether the page says it is configurable within limits."""
+
+    value: int
+    unit: str
+    row: str
+    configurable: bool
+
+    def text(self) -> str:
+        return f"{self.row}: {self.value}{' ' + self.unit if self.unit else ''}"
+
+
+#: The emulator's documented usage quotas ("Usage quotas", OVERVIEW_URL): what the stand-in's
+#: emulator profile enforces (sbconform.standin) and what the emulator target skips a scenario for
+#: when it needs more (sbconform.targets.emulator), the reason naming the row and the page.
+QUOTAS = {
+    "namespaces": Quota(1, "", "Number of supported namespaces", False),
+    "entities": Quota(50, "", "Number of entities(queues/topics) in a namespace", True),
+    "subscriptions_per_topic": Quota(50, "", "Number of Subscriptions per topic", True),
+    "correlation_filters_per_topic": Quota(1000, "", "Number of correlation filters per topic", True),
+    "connections": Quota(10, "", "Number of concurrent connections to namespace", True),
+    "concurrent_receives": Quota(200, "", "Number of concurrent receive requests on entity (queue/Topic) or subscription entity", True),
+    "message_size": Quota(256 * 1024, "bytes", "Message size (256 KB)", False),
+    "entity_size": Quota(100, "MB", "Queue or topic size", False),
+    "message_time_to_live": Quota(3600 * 1000, "ms", "Message Time to Live (1hr)", True),
+}
+
+
+def quota_reason(name: str, needs: str) -> str:
+    """Why a scenario is skipped on the emulator: it needs more than a documented quota."""
+    return f"needs {needs}, past the emulator's documented quota ({QUOTAS[name].text()}; Usage quotas, {OVERVIEW_URL})"
 #: capability a clause needs -> the documented limitation that keeps the emulator from it
 DOCUMENTED_LIMITATIONS = {
     "partitions": "partitioned entities aren't compatible with the emulator (Known limitations)",
@@ -327,4 +401,10 @@ def expectations_text(catalog: Any) -> str:
         reasons = [DOCUMENTED_LIMITATIONS[n] for n in DOCUMENTED_LIMITATIONS if n in set(clause.needs)]
         if reasons:
             out.append(f'[clauses."{cid}"]\nstatus = "skip"\nreason = "{reasons[0]}"\nsource = "{OVERVIEW_URL}"\n')
+    out.append("# The emulator's usage quotas, as its overview page lists them (\"Usage quotas\"; the page's source:\n"
+               f"# {OVERVIEW_SOURCE}). The stand-in's emulator profile enforces them; a scenario needing\n"
+               "# more is skipped on the emulator target, the reason naming the quota (sbconform.emulator.QUOTAS).\n")
+    for name, quota in QUOTAS.items():
+        out.append(f'[quotas.{name}]\nvalue = {quota.value}\nunit = "{quota.unit}"\nrow = "{quota.row}"\n'
+                   f'configurable = {"true" if quota.configurable else "false"}\nsource = "{OVERVIEW_URL}"\n')
     return "\n".join(out)

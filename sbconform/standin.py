@@ -13,7 +13,9 @@ readiness) and nothing of what they do: the tests using them grade the wiring, n
   (the emulator's default entities if absent), refusing a config past the emulator's documented
   quotas; then serves AMQP on 5672 (``sbconform serve`` with the emulator's quotas) and HTTP on
   ``EMULATOR_HTTP_PORT`` (default 5300: ``/health``, and the management API where this sbconform
-  has one), and prints the real emulator's ready line.
+  has one; ``STANDIN_NO_MANAGEMENT=1``: ``/health`` only, as emulator versions without the
+  management API), and prints the real emulator's ready line. Its AMQP port and management API
+  enforce the emulator's documented quotas (sbconform.emulator.QUOTAS).
 """
 
 from __future__ import annotations
@@ -30,16 +32,9 @@ CONFIG_PATH = "/ServiceBus_Emulator/ConfigFiles/Config.json"
 SQL_READY = "SQL Server is now ready for client connections."
 EMULATOR_READY = "Emulator Service is Successfully Up!"
 
-#: The emulator's documented usage quotas (learn.microsoft.com/azure/service-bus-messaging/overview-emulator,
-#: "Usage quotas"): what a config may not exceed.
-QUOTAS = {
-    "namespaces": 1,
-    "entities": 50,  # queues and topics in a namespace
-    "subscriptions_per_topic": 50,
-    "connections": 10,
-    "message_size_kb": 256,
-    "entity_size_mb": 100,
-}
+#: The emulator's documented usage quotas (sbconform.emulator.QUOTAS, with their source): what a config
+#: may not exceed, and what the management API and the AMQP port refuse past them.
+from .emulator import QUOTAS  # noqa: E402
 
 DEFAULT_CONFIG = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
     "Queues": [{"Name": "queue.1", "Properties": {}}],
@@ -92,20 +87,71 @@ def wait_for_sql(host: str, timeout: float) -> None:
 
 
 def check_quotas(config: dict) -> None:
+    from .server.config import iso_duration_ms as parse_duration
+
     namespaces = (config.get("UserConfig") or {}).get("Namespaces") or []
-    if len(namespaces) > QUOTAS["namespaces"]:
-        fail(f"ERROR: {len(namespaces)} namespaces configured; the emulator supports {QUOTAS['namespaces']}.")
+    if len(namespaces) > QUOTAS["namespaces"].value:
+        fail(f"ERROR: {len(namespaces)} namespaces configured; the emulator supports {QUOTAS['namespaces'].value}.")
     for ns in namespaces:
         entities = len(ns.get("Queues") or []) + len(ns.get("Topics") or [])
-        if entities > QUOTAS["entities"]:
-            fail(f"ERROR: {entities} queues and topics configured; the emulator supports {QUOTAS['entities']} per namespace.")
+        if entities > QUOTAS["entities"].value:
+            fail(f"ERROR: {entities} queues and topics configured; the emulator supports {QUOTAS['entities'].value} per namespace.")
         for topic in ns.get("Topics") or []:
             subs = len(topic.get("Subscriptions") or [])
-            if subs > QUOTAS["subscriptions_per_topic"]:
-                fail(f"ERROR: topic {topic.get('Name')!r} has {subs} subscriptions; the emulator supports {QUOTAS['subscriptions_per_topic']}.")
-        for queue in ns.get("Queues") or []:
-            if (queue.get("Properties") or {}).get("EnablePartitioning"):
-                fail(f"ERROR: queue {queue.get('Name')!r}: partitioned entities aren't supported by the emulator.")
+            if subs > QUOTAS["subscriptions_per_topic"].value:
+                fail(f"ERROR: topic {topic.get('Name')!r} has {subs} subscriptions; the emulator supports {QUOTAS['subscriptions_per_topic'].value}.")
+        for entity in [*(ns.get("Queues") or []), *(ns.get("Topics") or [])]:
+            props = entity.get("Properties") or {}
+            if props.get("EnablePartitioning"):
+                fail(f"ERROR: {entity.get('Name')!r}: partitioned entities aren't supported by the emulator.")
+            ttl = props.get("DefaultMessageTimeToLive")
+            if isinstance(ttl, str):
+                try:
+                    too_long = parse_duration(ttl) > QUOTAS["message_time_to_live"].value
+                except Exception:
+                    too_long = False  # the config parser names a bad duration
+                if too_long:
+                    fail(f"ERROR: {entity.get('Name')!r}: DefaultMessageTimeToLive {ttl} is past the emulator's maximum of 1 hour.")
+
+
+def enforce_quotas(namespace) -> None:
+    """The management API's side of the quotas: creating past them is refused (quota-exceeded),
+    as the emulator documents ("Usage quotas"); wraps the namespace's create operations."""
+    from reference import ErrorCode, ServiceBusError
+
+    ttl_max = QUOTAS["message_time_to_live"].value
+
+    def check(path: str, properties: dict) -> None:
+        ttl = properties.get("default_message_time_to_live")
+        if ttl is not None and ttl > ttl_max:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"'{path}': DefaultMessageTimeToLive past the emulator's maximum of 1 hour.")
+        if properties.get("enable_partitioning"):
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"'{path}': partitioned entities aren't supported by the emulator.")
+
+    def entities() -> int:
+        return sum(1 for e in namespace.entities.values() if getattr(e, "kind", "") in ("queue", "topic"))
+
+    create_queue, create_topic, create_subscription = namespace.create_queue, namespace.create_topic, namespace.create_subscription
+
+    def guarded(create):
+        def create_entity(path, description=None, **properties):
+            check(path, properties)
+            if entities() >= QUOTAS["entities"].value:
+                raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"'{path}': the namespace has {QUOTAS['entities'].value} queues and topics, "
+                                      "the emulator's maximum.")
+            return create(path, description, **properties)
+        return create_entity
+
+    def subscription(topic, name, *args, **properties):
+        check(f"{topic}/Subscriptions/{name}", properties)
+        entity = namespace.entities.get(str(topic).lower())
+        if entity is not None and len(getattr(entity, "subscriptions", ())) >= QUOTAS["subscriptions_per_topic"].value:
+            raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"'{topic}': {QUOTAS['subscriptions_per_topic'].value} subscriptions, "
+                                  "the emulator's maximum per topic.")
+        return create_subscription(topic, name, *args, **properties)
+
+    namespace.create_queue, namespace.create_topic = guarded(create_queue), guarded(create_topic)
+    namespace.create_subscription = subscription
 
 
 def emulator() -> None:
@@ -129,7 +175,11 @@ def emulator() -> None:
         parsed = parse_config(config, CONFIG_PATH)
     except ConfigError as error:  # names the JSON path
         fail(f"ERROR: {error}")
-    server = Server(parsed, host="0.0.0.0", port=5672)
+    from .server.limits import Limits
+
+    # the emulator's connection quota: an eleventh connection is refused ("Usage quotas")
+    server = Server(parsed, host="0.0.0.0", port=5672, limits=Limits(max_connections=QUOTAS["connections"].value))
+    enforce_quotas(server.namespace)
     server.start()
     http_port = int(os.environ.get("EMULATOR_HTTP_PORT", "5300"))
     _http_server(server, http_port).start()
@@ -138,10 +188,40 @@ def emulator() -> None:
 
 
 def _http_server(server, port: int):
-    """The emulator's HTTP port: the management API (ServiceBusAdministrationClient) and ``/health``."""
+    """The emulator's HTTP port: the management API (ServiceBusAdministrationClient) and ``/health``;
+    with ``STANDIN_NO_MANAGEMENT=1``, ``/health`` alone, as emulator versions before the management
+    API (entities then come from Config.json only)."""
+    if os.environ.get("STANDIN_NO_MANAGEMENT") == "1":
+        return _HealthOnly(port)
     from .server.admin_http import AdminHttp
 
     return AdminHttp(server, "0.0.0.0", port)
+
+
+class _HealthOnly:
+    def __init__(self, port: int) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                status = 200 if self.path.split("?")[0] == "/health" else 404
+                body = b"Healthy" if status == 200 else b"no management API in this emulator version"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_PUT = do_DELETE = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,8 +50,14 @@ def shared_container(image: str, config: str | None, port: int, ready: str, env:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+        from ..containers import kit_labels, sweep
+
+        try:
+            sweep()  # what killed runs left behind (containers whose owner process is gone)
+        except Exception:
+            pass
         ready_within = 120
-        container = DockerContainer(image).with_exposed_ports(port).waiting_for(
+        container = DockerContainer(image, labels=kit_labels()).with_exposed_ports(port).waiting_for(
             LogMessageWaitStrategy(ready).with_startup_timeout(ready_within))
         for name, value in env:
             container = container.with_env(name, value)

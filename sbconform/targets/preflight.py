@@ -36,6 +36,11 @@ def check(name: str, options: dict[str, Any], timeout: float = 10.0) -> None:
     if name == "container":
         check_engine()
         return
+    if name == "emulator":  # the engine, and a trial start of the emulator and its SQL Server
+        from .emulator import preflight
+
+        preflight(options)
+        return
     if name != "sdk":
         return
     connection_string = options.get("connection_string")
