@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from urllib.parse import quote_plus, unquote_plus
+from urllib.parse import quote_plus
 
 from proton import Message
 
@@ -284,6 +284,7 @@ class Proxy:
                     interp.connection_lost()
                 except Exception as error:
                     self._record_failure("connection end", error, None, None)
+                self.rec.sink.flush()
             self.stats.open -= 1
             self.tasks.discard(task)
 
@@ -299,7 +300,9 @@ class Proxy:
         change, the CBS put-token, is only known once whole), so at most one partial frame
         is held."""
         splitter: Splitter | None = Splitter()
+        flush = self.rec.sink.flush
         while True:
+            flush()  # the events of what was relayed so far, in one write, before waiting for more
             data = await reader.read(1 << 16)
             if not data:
                 if from_client and splitter is not None and splitter.buf:

@@ -1,5 +1,6 @@
 """Where the proxy's events go: one trace (one recording), written as JSON Lines
-(each event one flushed line: a crash loses nothing written) or Parquet, split into
+(streamed: the events of each batch of frames the relay read are written with one
+``os.write`` as soon as that batch is interpreted, ``flush``) or Parquet, split into
 numbered files of a bounded size (``<trace>-00001.jsonl``, ``-00002``...). All files of
 a recording carry the same trace id and continue its ``pos`` and ``op_id`` numbering,
 so the directory replays as one trace (``sbconform replay --local DIR``).
@@ -11,6 +12,7 @@ it, reports it once through ``on_error`` and, from then on, drops events (``fail
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,6 +23,40 @@ from ..trace.schema import FIELDS, OPERATIONS, PHASES, TraceFormatError
 
 _KINDS = {name: kind for name, kind, _ in FIELDS}
 _OBJECT = json.JSONEncoder(default=str, sort_keys=True).encode  # args and result as JSON text
+
+
+_LINE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode  # what JsonlWriter writes
+
+
+class BufferedJsonlWriter(JsonlWriter):
+    """A ``JsonlWriter`` whose lines wait in memory until ``flush`` writes them all with one
+    ``os.write`` (the relay flushes after each batch of frames: one system call per batch,
+    not per event). Events come without null fields (``TraceSink.write`` leaves them out)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.pending: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def write(self, event: dict) -> None:  # type: ignore[override]
+        self.pending.append(_LINE(event))
+        self.events += 1
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        if self._fd is None:
+            raise ValueError(f"{self.path}: writer is closed")
+        data = ("\n".join(self.pending) + "\n").encode("utf-8")
+        self.pending = []
+        view = memoryview(data)
+        while view:  # a regular file takes it all at once; loop only on a short write
+            view = view[os.write(self._fd, view):]
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            super().close()
 
 
 class TraceSink:
@@ -62,7 +98,7 @@ class TraceSink:
         # events are built field by field to the format's types above (what check_event
         # verifies), so the writers need not parse each event again; the tests read every
         # recording back through the checking readers
-        self.writer = (JsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
+        self.writer = (BufferedJsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
                        else ParquetWriter(path, self.trace, validate=False, **meta))
         self.files.append(path)
         self.events_in_file = 0
@@ -106,13 +142,26 @@ class TraceSink:
         self.events += 1
         self.events_in_file += 1
 
-    def _size(self) -> int:
+    def flush(self) -> None:
+        """Write the events gathered since the last flush (JSON Lines; Parquet writes on close)."""
+        if self.failed is not None or not isinstance(self.writer, BufferedJsonlWriter):
+            return
         try:
-            return self.files[-1].stat().st_size
+            self.writer.flush()
+        except Exception as error:  # a recording failure must not reach the relay
+            self.writer.pending = []
+            self.failed = f"recording stopped at event {self.pos}: {type(error).__name__}: {error}"
+            self.on_error(self.failed)
+
+    def _size(self) -> int:
+        pending = getattr(self.writer, "pending", ())
+        try:
+            return self.files[-1].stat().st_size + sum(len(line) + 1 for line in pending)
         except (OSError, IndexError):
             return 0
 
     def close(self) -> None:
+        self.flush()
         if self.writer is not None:
             try:
                 self.writer.close()
