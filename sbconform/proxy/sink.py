@@ -36,9 +36,13 @@ class BufferedJsonlWriter(JsonlWriter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.pending: list[str] = []
         super().__init__(*args, **kwargs)
+        #: the file's size once the pending lines are written (characters for bytes: rotation is approximate)
+        self.size = os.fstat(self._fd).st_size
 
     def write(self, event: dict) -> None:  # type: ignore[override]
-        self.pending.append(_LINE(event))
+        line = _LINE(event)
+        self.pending.append(line)
+        self.size += len(line) + 1
         self.events += 1
 
     def flush(self) -> None:
@@ -154,9 +158,10 @@ class TraceSink:
             self.on_error(self.failed)
 
     def _size(self) -> int:
-        pending = getattr(self.writer, "pending", ())
+        if isinstance(self.writer, BufferedJsonlWriter):
+            return self.writer.size
         try:
-            return self.files[-1].stat().st_size + sum(len(line) + 1 for line in pending)
+            return self.files[-1].stat().st_size
         except (OSError, IndexError):
             return 0
 
