@@ -215,12 +215,7 @@ class Pair:
             hold = True
         if not hold:  # the usual case: relay at once, interpret after
             self.u.write(frames[0].raw if len(frames) == 1 else b"".join(f.raw for f in frames))
-            for frame in frames:
-                try:
-                    interp.from_client(frame)
-                except Exception as error:
-                    self.proxy._record_failure("client frame", error, interp, frame)
-            self.rec.sink.flush()
+            self._interpret(frames, True)
             return
         self._client_frames(frames, False)
 
@@ -281,9 +276,16 @@ class Pair:
             self.proxy._note_raw(interp, error, False)
             return
         self.proxy.stats.frames += len(frames)
+        self._interpret(frames, False)
+
+    def _interpret(self, frames: list, from_client: bool) -> None:
+        """Frames already relayed, to the interpreter (its failures noted, never raised), then
+        their events to the trace."""
+        interp = self.interp
+        see = interp.from_client if from_client else interp.from_broker
         for frame in frames:
             try:
-                interp.from_broker(frame)
+                see(frame)
             except Exception as error:
-                self.proxy._record_failure("broker frame", error, interp, frame)
+                self.proxy._record_failure("client frame" if from_client else "broker frame", error, interp, frame)
         self.rec.sink.flush()
