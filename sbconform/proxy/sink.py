@@ -22,10 +22,29 @@ from ..trace.io import JsonlWriter, ParquetWriter
 from ..trace.schema import FIELDS, OPERATIONS, PHASES, TraceFormatError
 
 _KINDS = {name: kind for name, kind, _ in FIELDS}
-_OBJECT = json.JSONEncoder(default=str, sort_keys=True).encode  # args and result as JSON text
 
 
-_LINE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode  # what JsonlWriter writes
+def _encoder(separators: tuple[str, str], sort_keys: bool, ensure_ascii: bool) -> Callable[[Any], str]:
+    """``json.JSONEncoder(...).encode`` with its C encoder made once, not at every call (the
+    proxy writes several events per message); the plain encoder where there is no C one."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    plain = json.JSONEncoder(default=str, sort_keys=sort_keys, ensure_ascii=ensure_ascii, separators=separators).encode
+    if c_make_encoder is None:
+        return plain
+    basestring = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    made = c_make_encoder(None, str, basestring, None, separators[1], separators[0], sort_keys, False, True)
+
+    def encode(value: Any) -> str:
+        if isinstance(value, str):
+            return basestring(value)
+        return "".join(made(value, 0))
+    return encode
+
+
+_OBJECT = _encoder((", ", ": "), True, True)  # args and result as JSON text (json.dumps(..., sort_keys=True))
+
+
+_LINE = _encoder((",", ":"), False, False)  # what JsonlWriter writes
 
 
 class BufferedJsonlWriter(JsonlWriter):
