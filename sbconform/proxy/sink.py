@@ -138,11 +138,13 @@ class TraceSink:
             if kind is None:
                 self.on_error(f"event not recorded: unknown field {k!r} ({op} {phase})")
                 return
-            if k in ("args", "result"):
+            t = type(v)
+            if k == "args" or k == "result":
                 v = _OBJECT(v)
             elif kind == "string":
-                v = str(v)
-            elif isinstance(v, bool) or not isinstance(v, int):
+                if t is not str:
+                    v = str(v)
+            elif t is not int:  # bool and int subclasses too: plain ints in the trace
                 v = int(v)
             event[k] = v
         if op not in OPERATIONS or phase not in PHASES:
