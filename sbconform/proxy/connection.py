@@ -37,7 +37,7 @@ class End(asyncio.Protocol):
             self.pair = Pair(self.proxy, transport)
         else:
             assert self.pair is not None
-            self.pair.u = transport
+            self.pair.upstream_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if self.from_client:
@@ -81,10 +81,6 @@ class Pair:
         proxy.stats.connections += 1
         proxy.stats.open += 1
         proxy.pairs.add(self)
-        try:
-            self.interp = ConnInterp(self.rec)
-        except Exception as error:
-            proxy._record_failure("new connection", error, None, None)
         self.pause(True, "connecting")
         proxy._spawn(self._connect())
 
@@ -112,6 +108,15 @@ class Pair:
             self.u.close()
             return
         self.resume(True, "connecting")
+
+    def upstream_made(self, transport: Any) -> None:
+        """The upstream connection is open (before any of its bytes is read): the connection is
+        followed from here (a client whose upstream cannot be reached is no trace connection)."""
+        self.u = transport
+        try:
+            self.interp = ConnInterp(self.rec)
+        except Exception as error:
+            self.proxy._record_failure("new connection", error, None, None)
 
     def pause(self, side: bool, reason: str) -> None:
         reasons = self.paused[side]
