@@ -9,7 +9,7 @@ rounds. The proxy records everything as a JSON Lines trace (as `sbconform record
 default); the events it wrote are counted. Last line:
 ``proxy_msgs_per_s=<n> ratio=<proxy/direct>`` (target >= 0.7).
 
-    .venv/bin/python benchmarks/proxy_overhead.py [--messages 2000] [--rounds 3]
+    .venv/bin/python benchmarks/proxy_overhead.py [--messages 2000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def cpu_seconds(pid: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per configuration (interleaved)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per configuration (interleaved; the median of each is compared)")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--body", type=int, default=64, help="body bytes per message")
     args = parser.parse_args()

@@ -5,6 +5,7 @@ requests (tested through the SDK in test_proxy.py), which these sequences never 
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 import threading
@@ -230,3 +231,31 @@ def test_splitter_keeps_every_byte_and_cuts_only_at_frame_boundaries():
     assert b"".join(u.raw for u in units) == data
     assert [len(u.raw) for u in units] == [8, 12, 8]
 
+
+
+def test_a_slow_client_pauses_the_broker_side_and_loses_no_byte(relay):
+    """Flow control: while the client does not read, the proxy stops reading from the broker
+    (its buffer toward the client stays bounded); once the client reads, every byte comes,
+    in order."""
+    fake, port, proxy, _ = relay
+    rng = random.Random(7)
+    garbage = bytes(rng.getrandbits(8) for _ in range(1 << 16)) * 512  # 32 MiB, not AMQP framing: relayed raw
+    fake.expect = len(HEADER_AMQP)
+    fake.script = [HEADER_AMQP] + [garbage[i:i + (1 << 20)] for i in range(0, len(garbage), 1 << 20)]
+    fake.done.clear()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(HEADER_AMQP)
+        deadline = time.monotonic() + 10
+        paused = False
+        while not paused and time.monotonic() < deadline:  # the client reads nothing meanwhile
+            paused = any("full" in pair.paused[False] for pair in list(proxy.proxy.pairs))
+            time.sleep(0.05)
+        assert paused, "the proxy kept reading from the broker while the client read nothing"
+        got = bytearray()
+        sock.settimeout(10)
+        while len(got) < len(HEADER_AMQP) + len(garbage):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            got += chunk
+    assert bytes(got) == HEADER_AMQP + garbage

@@ -1,7 +1,8 @@
 """AMQP 1.0 frames as the proxy sees them: split a byte stream into protocol headers and
 whole frames (bytes kept exactly as they came), decode a frame's performative with
-python-qpid-proton's codec (``proton.Data``), and re-encode one when the proxy must
-change it (the CBS exchange, the upstream host name).
+the kit's AMQP decoder (``sbconform.amqp.values.decode``), and re-encode one with
+python-qpid-proton's codec (``proton.Data``) when the proxy must change it (the CBS
+exchange, the upstream host name).
 
 AMQP 1.0 framing (OASIS AMQP 1.0, part 2.3): a protocol header is ``AMQP`` + 4 bytes; a
 frame is ``size:uint32 doff:uint8 type:uint8 channel:uint16``, then ``doff*4 - 8`` bytes
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proton import Data, Described
+
+from ..amqp import values
 
 _FRAME = struct.Struct(">IBBH")
 
@@ -89,17 +92,15 @@ class Splitter:
 def decode(frame: Frame) -> tuple[int | None, list, memoryview]:
     """(descriptor code, fields, payload) of a frame; (None, [], empty) for an empty
     (heartbeat) frame. Raises FrameError if the body is not a described list. Fields
-    are plain Python values (``codec.py``); use ``decode_typed`` to change and re-encode."""
-    from .codec import CodecError, decode_value
-
+    are plain Python values (``values.decode``); use ``decode_typed`` to change and re-encode."""
     body = frame.body
     if not len(body):
         return None, [], body
     try:
-        value, used = decode_value(body, 0)
-    except (CodecError, IndexError, struct.error, ValueError) as error:
+        value, used = values.decode(body, 0)
+    except (IndexError, struct.error, ValueError) as error:  # values.WireError is a ValueError
         raise FrameError(f"undecodable performative: {error}") from None
-    if not isinstance(value, Described) or not isinstance(value.value, list):
+    if not isinstance(value, values.Described) or not isinstance(value.value, list):
         raise FrameError("the frame body is not a described list")
     descriptor = value.descriptor
     code = descriptor if isinstance(descriptor, int) and not isinstance(descriptor, bool) else None
@@ -171,22 +172,22 @@ def peek(frame: Frame) -> tuple[int | None, int | None]:
     """(descriptor code, first field as an unsigned integer or None) read straight from the
     bytes, without decoding the performative: cheap enough for every frame. (None, None)
     for a header, an empty frame or anything unexpected."""
-    from ..server.wire import WireError, described_list, read_uint
-
     if frame.header:
         return None, None
     body = frame.body
-    if len(body) < 3:
+    n = len(body)
+    # the usual encoding: 0x00 0x53 <code> then the fields' list (AMQP 1.0 part 1.2)
+    if n < 4 or body[0] != 0x00 or body[1] != 0x53:
         return None, None
+    code, kind = body[2], body[3]
+    first_at = 6 if kind == 0xC0 else 12 if kind == 0xD0 else None
+    if first_at is None or first_at >= n or not any(body[first_at - 4:first_at] if kind == 0xD0 else body[5:6]):
+        return code, None  # an empty list, or not a list
     try:
-        code, fields, _ = described_list(body, 0)
-    except (WireError, IndexError, struct.error):
-        return None, None
-    try:
-        first = read_uint(body, fields[0]) if fields else None
-    except (WireError, IndexError, struct.error):
-        first = None
-    return code, first
+        first, _ = values.decode(body, first_at)
+    except (ValueError, IndexError, struct.error):
+        return code, None
+    return code, first if isinstance(first, int) and not isinstance(first, bool) else None
 
 
 def summary(frame: Frame, limit: int = 96) -> str:

@@ -22,7 +22,7 @@ is not AMQP framing is relayed as raw bytes from then on. Buffers are bounded: b
 client bytes are relayed as they come (interpreted from a copy); client -> broker bytes
 are relayed frame by frame, so at most one incomplete frame (``frames.MAX_FRAME``) is
 held until its last byte comes (or the client's stream ends: then it passes as it is);
-a read waits for the other side to drain the previous write.
+reading from one side pauses while the other side's write buffer is full (``connection.py``).
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from urllib.parse import quote_plus, unquote_plus
+from urllib.parse import quote_plus
 
 from proton import Message
 
 from ..server.sas import TokenError, check_token, make_token
-from .frames import FrameError, Splitter
+from .connection import End
+from .frames import FrameError
 from .interpret import ConnInterp, Recording, entity_path
 
 DEFAULT_KEYS = {"RootManageSharedAccessKey": "SAS_KEY_VALUE"}
@@ -195,6 +196,7 @@ class Proxy:
         self.stats = Stats()
         self.server: asyncio.base_events.Server | None = None
         self.tasks: set[asyncio.Task] = set()
+        self.pairs: set = set()  # the connections being relayed (``connection.Pair``)
         self._stop_requested: asyncio.Event | None = None
         self.linger = 2.0  # seconds the other direction may go on after one side closed
         if upstream.tls:
@@ -202,7 +204,8 @@ class Proxy:
 
     async def start(self) -> int:
         self._stop_requested = asyncio.Event()
-        self.server = await asyncio.start_server(self._client, self.listen_host, self.listen_port, limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: End(self, None, True), self.listen_host, self.listen_port)
         self.listen_port = self.server.sockets[0].getsockname()[1]
         return self.listen_port
 
@@ -222,7 +225,14 @@ class Proxy:
             task.cancel()
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
+        for pair in list(self.pairs):
+            pair.finish()
         self.rec.finish()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     # ------------------------------------------------------------------ one connection
     def _record_failure(self, where: str, error: BaseException, interp: ConnInterp | None, frame: Any) -> None:
@@ -239,139 +249,6 @@ class Proxy:
                 interp.unrecognised(frame, f"proxy interpreter error {text}"[:300])
             except Exception:
                 pass
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self.tasks.add(task)
-        self.stats.connections += 1
-        self.stats.open += 1
-        interp: ConnInterp | None = None
-        up_writer = None
-        try:
-            try:
-                kwargs = {}
-                if self.upstream.tls:
-                    kwargs = {"ssl": self.ssl_context or ssl.create_default_context(), "server_hostname": self.upstream.host}
-                up_reader, up_writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.upstream.host, self.upstream.port, limit=1 << 20, **kwargs), 30)
-            except (OSError, asyncio.TimeoutError, ssl.SSLError) as error:
-                self.stats.upstream_failures += 1
-                self.say(f"cannot reach the upstream {self.upstream.host}:{self.upstream.port}: {error}")
-                return
-            try:
-                interp = ConnInterp(self.rec)
-            except Exception as error:
-                self._record_failure("new connection", error, None, None)
-            a = asyncio.ensure_future(self._pump(reader, up_writer, interp, True))
-            b = asyncio.ensure_future(self._pump(up_reader, writer, interp, False))
-            done, pending = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
-            if pending:  # one side ended: let the other say its last frames (a detach's answer...)
-                done, pending = await asyncio.wait(pending, timeout=self.linger)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            for w in (writer, up_writer):
-                if w is not None:
-                    try:
-                        w.close()
-                    except Exception:
-                        pass
-            if interp is not None:
-                try:
-                    interp.connection_lost()
-                except Exception as error:
-                    self._record_failure("connection end", error, None, None)
-            self.stats.open -= 1
-            self.tasks.discard(task)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
-        try:
-            await self._relay(reader, writer, interp, from_client)
-        except (ConnectionError, OSError):
-            pass  # that side went away: the connection ends (the caller closes both)
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, interp: ConnInterp | None, from_client: bool) -> None:
-        """One direction. Broker -> client bytes are relayed as they come, interpreted from a
-        copy; client -> broker bytes are relayed frame by frame (a frame the proxy must
-        change, the CBS put-token, is only known once whole), so at most one partial frame
-        is held."""
-        splitter: Splitter | None = Splitter()
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                if from_client and splitter is not None and splitter.buf:
-                    writer.write(bytes(splitter.buf))  # the end of the stream: an incomplete frame passes as it is
-                    splitter.buf.clear()
-                try:
-                    if writer.can_write_eof():
-                        writer.write_eof()
-                except (OSError, RuntimeError):
-                    pass
-                return
-            if splitter is None or interp is None:
-                writer.write(data)
-                await writer.drain()
-                continue
-            if not from_client:
-                writer.write(data)
-            try:
-                frames = splitter.feed(data)
-            except FrameError as error:
-                # not AMQP framing (any more): relay what is held and everything after as raw bytes
-                held = bytes(splitter.buf)  # every byte not yet relayed, this read's included
-                splitter = None
-                self._note_raw(interp, error, from_client)
-                if from_client:
-                    writer.write(held)
-                await writer.drain()
-                continue
-            if not from_client:
-                self.stats.frames += len(frames)
-                for frame in frames:
-                    try:
-                        interp.from_broker(frame)
-                    except Exception as error:
-                        self._record_failure("broker frame", error, interp, frame)
-                await writer.drain()
-                continue
-            if not frames:
-                continue
-            self.stats.frames += len(frames)
-            try:
-                hold = any(interp.may_change(f) for f in frames)
-            except Exception:
-                hold = True
-            if not hold:  # the usual case: relay at once, interpret after
-                writer.write(frames[0].raw if len(frames) == 1 else b"".join(f.raw for f in frames))
-                for frame in frames:
-                    try:
-                        interp.from_client(frame)
-                    except Exception as error:
-                        self._record_failure("client frame", error, interp, frame)
-                await writer.drain()
-                continue
-            out = bytearray()
-            for frame in frames:
-                replacement = None
-                try:
-                    path = interp.describe_needed(frame)
-                except Exception:
-                    path = None
-                if path and self.describer is not None:
-                    if out:
-                        writer.write(bytes(out))
-                        out.clear()
-                    await self._describe(path)
-                try:
-                    replacement = interp.from_client(frame)
-                except Exception as error:
-                    self._record_failure("client frame", error, interp, frame)
-                out += replacement if replacement is not None else frame.raw
-            writer.write(bytes(out))
-            await writer.drain()
 
     def _note_raw(self, interp: ConnInterp, error: FrameError, from_client: bool) -> None:
         try:

@@ -1,5 +1,6 @@
 """Where the proxy's events go: one trace (one recording), written as JSON Lines
-(each event one flushed line: a crash loses nothing written) or Parquet, split into
+(streamed: the events of each batch of frames the relay read are written with one
+``os.write`` as soon as that batch is interpreted, ``flush``) or Parquet, split into
 numbered files of a bounded size (``<trace>-00001.jsonl``, ``-00002``...). All files of
 a recording carry the same trace id and continue its ``pos`` and ``op_id`` numbering,
 so the directory replays as one trace (``sbconform replay --local DIR``).
@@ -11,6 +12,7 @@ it, reports it once through ``on_error`` and, from then on, drops events (``fail
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,7 +22,64 @@ from ..trace.io import JsonlWriter, ParquetWriter
 from ..trace.schema import FIELDS, OPERATIONS, PHASES, TraceFormatError
 
 _KINDS = {name: kind for name, kind, _ in FIELDS}
-_OBJECT = json.JSONEncoder(default=str, sort_keys=True).encode  # args and result as JSON text
+
+
+def _encoder(separators: tuple[str, str], sort_keys: bool, ensure_ascii: bool) -> Callable[[Any], str]:
+    """``json.JSONEncoder(...).encode`` with its C encoder made once, not at every call (the
+    proxy writes several events per message); the plain encoder where there is no C one."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    plain = json.JSONEncoder(default=str, sort_keys=sort_keys, ensure_ascii=ensure_ascii, separators=separators).encode
+    if c_make_encoder is None:
+        return plain
+    basestring = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    made = c_make_encoder(None, str, basestring, None, separators[1], separators[0], sort_keys, False, True)
+
+    def encode(value: Any) -> str:
+        if isinstance(value, str):
+            return basestring(value)
+        return "".join(made(value, 0))
+    return encode
+
+
+_OBJECT = _encoder((", ", ": "), True, True)  # args and result as JSON text (json.dumps(..., sort_keys=True))
+
+
+_LINE = _encoder((",", ":"), False, False)  # what JsonlWriter writes
+
+
+class BufferedJsonlWriter(JsonlWriter):
+    """A ``JsonlWriter`` whose lines wait in memory until ``flush`` writes them all with one
+    ``os.write`` (the relay flushes after each batch of frames: one system call per batch,
+    not per event). Events come without null fields (``TraceSink.write`` leaves them out)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.pending: list[str] = []
+        super().__init__(*args, **kwargs)
+        #: the file's size once the pending lines are written (characters for bytes: rotation is approximate)
+        self.size = os.fstat(self._fd).st_size
+
+    def write(self, event: dict) -> None:  # type: ignore[override]
+        line = _LINE(event)
+        self.pending.append(line)
+        self.size += len(line) + 1
+        self.events += 1
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        if self._fd is None:
+            raise ValueError(f"{self.path}: writer is closed")
+        data = ("\n".join(self.pending) + "\n").encode("utf-8")
+        self.pending = []
+        view = memoryview(data)
+        while view:  # a regular file takes it all at once; loop only on a short write
+            view = view[os.write(self._fd, view):]
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            super().close()
 
 
 class TraceSink:
@@ -62,7 +121,7 @@ class TraceSink:
         # events are built field by field to the format's types above (what check_event
         # verifies), so the writers need not parse each event again; the tests read every
         # recording back through the checking readers
-        self.writer = (JsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
+        self.writer = (BufferedJsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
                        else ParquetWriter(path, self.trace, validate=False, **meta))
         self.files.append(path)
         self.events_in_file = 0
@@ -79,11 +138,13 @@ class TraceSink:
             if kind is None:
                 self.on_error(f"event not recorded: unknown field {k!r} ({op} {phase})")
                 return
-            if k in ("args", "result"):
+            t = type(v)
+            if k == "args" or k == "result":
                 v = _OBJECT(v)
             elif kind == "string":
-                v = str(v)
-            elif isinstance(v, bool) or not isinstance(v, int):
+                if t is not str:
+                    v = str(v)
+            elif t is not int:  # bool and int subclasses too: plain ints in the trace
                 v = int(v)
             event[k] = v
         if op not in OPERATIONS or phase not in PHASES:
@@ -106,13 +167,27 @@ class TraceSink:
         self.events += 1
         self.events_in_file += 1
 
+    def flush(self) -> None:
+        """Write the events gathered since the last flush (JSON Lines; Parquet writes on close)."""
+        if self.failed is not None or not isinstance(self.writer, BufferedJsonlWriter):
+            return
+        try:
+            self.writer.flush()
+        except Exception as error:  # a recording failure must not reach the relay
+            self.writer.pending = []
+            self.failed = f"recording stopped at event {self.pos}: {type(error).__name__}: {error}"
+            self.on_error(self.failed)
+
     def _size(self) -> int:
+        if isinstance(self.writer, BufferedJsonlWriter):
+            return self.writer.size
         try:
             return self.files[-1].stat().st_size
         except (OSError, IndexError):
             return 0
 
     def close(self) -> None:
+        self.flush()
         if self.writer is not None:
             try:
                 self.writer.close()
