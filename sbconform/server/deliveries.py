@@ -81,8 +81,6 @@ class Deliveries:
         else:
             self.waiting[r.key].discard(r)
 
-    @staticmethod
-
     def _settled_by_client(self, state: ConnState, link: Link, dlv: Delivery) -> None:
         info = state.link_info.get(link)
         r: Receiving | None = info.receiving if info is not None else None
