@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,10 +33,12 @@ from spec import CatalogError, load_catalog
 from spec.catalog import CLAUSE_ID
 
 from .report import selects
-from .results import Collected, RunResults, make_result
+from .results import Collected, Outcome, RunResults, TestMeta, TestResult, make_result
 from .secrets import ENV as CONNECTION_STRING_ENV, mask
 from .targets import Target, make_target, names, parse_options
 
+#: pytest's outcome words -> the record's
+OUTCOMES: dict[str, Outcome] = {"passed": "pass", "failed": "fail", "skipped": "skip", "xfail": "xfail", "xpass": "xpass"}
 CLAUSE_TAG = CLAUSE_ID  # the one clause-id pattern (spec/catalog.py)
 NEEDS_PREFIX = "needs:"
 
@@ -133,12 +134,24 @@ class TargetSession:
             self._probe.close()
 
 
+# What the plugin keeps for a run, in the config's stash (never attributes hung on the config)
+SESSION = pytest.StashKey[TargetSession]()  # the target under test
+META = pytest.StashKey[dict[str, TestMeta]]()  # node id -> what the test checks
+RESULTS = pytest.StashKey[list[TestResult]]()  # every phase's outcome so far
+SELECTION = pytest.StashKey[list[str]]()  # the --sb-clause patterns
+
+
+def target_session(config: pytest.Config) -> TargetSession | None:
+    """The run's ``TargetSession`` (None before ``pytest_configure`` made it)."""
+    return config.stash.get(SESSION, None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clauses(*ids): the spec clauses this test checks")
     config.addinivalue_line("markers", "needs(*capabilities): target capabilities this test requires")
     try:
-        config._sb_session = TargetSession(config.getoption("--sb-target"), target_options(config))
-        config._sb_session.capabilities  # fail early on an unknown target
+        session = config.stash[SESSION] = TargetSession(config.getoption("--sb-target"), target_options(config))
+        session.capabilities  # fail early on an unknown target
     except ValueError as error:
         raise pytest.UsageError(mask(str(error))) from None
     if not os.environ.get("SBCONFORM_CERTIFY_CHILD") and getattr(config, "workerinput", None) is None \
@@ -147,15 +160,15 @@ def pytest_configure(config: pytest.Config) -> None:
         from .targets.preflight import PreflightError, check
 
         try:
-            check(config._sb_session.name, config._sb_session.options)
+            check(session.name, session.options)
         except PreflightError as error:
-            raise pytest.UsageError(f"target {config._sb_session.name!r}: {error}") from None
-    config._sb_results = []
-    config._sb_meta = {}
+            raise pytest.UsageError(f"target {session.name!r}: {error}") from None
+    config.stash[RESULTS] = []
+    config.stash[META] = {}
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    session = getattr(config, "_sb_session", None)
+    session = target_session(config)
     if session is not None:
         session.close()
 
@@ -200,6 +213,7 @@ def _scenario_of(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     known = catalog().clauses
+    metas = config.stash[META]
     problems = []
     for item in items:
         clauses = sorted(set(_marker_args(item, "clauses")))
@@ -218,24 +232,24 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         for cid in clauses:
             if cid in known:
                 needs = sorted(set(needs) | set(known[cid].needs))
-        config._sb_meta[item.nodeid] = {
-            "title": scenario or item.nodeid,
-            "clauses": clauses,
-            "needs": needs,
-            "kind": "scenario" if is_scenario else "test",
+        metas[item.nodeid] = TestMeta(
+            title=scenario or item.nodeid,
+            clauses=clauses,
+            needs=needs,
+            kind="scenario" if is_scenario else "test",
             # scenarios request ``sb_target`` from their steps, at run time; whether a test really
             # made a target is known once it ran (``TargetSession.made``), this is the guess before
-            "uses_target": is_scenario or "sb_target" in getattr(item, "fixturenames", ()),
-        }
+            uses_target=is_scenario or "sb_target" in getattr(item, "fixturenames", ()),
+        )
     if problems:
         raise pytest.UsageError("sbconform: tests do not trace to the catalog:\n  " + "\n  ".join(problems))
     patterns = clause_selection(config)
-    config._sb_selection = patterns
+    config.stash[SELECTION] = patterns
     certifying = config.getoption("--sb-certify")
     if patterns or certifying:
         keep, drop = [], []
         for item in items:
-            clauses = [known[c] for c in config._sb_meta[item.nodeid]["clauses"] if c in known]
+            clauses = [known[c] for c in metas[item.nodeid]["clauses"] if c in known]
             if patterns:
                 chosen = any(selects(p, clause) for clause in clauses for p in patterns)
             else:  # a certification run grades clauses: the kit's own tests (they name none) are not part of it
@@ -248,14 +262,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if path and getattr(config, "workerinput", None) is None:
         Path(str(path) + ".partial").unlink(missing_ok=True)
         for item in items:  # what each test checks, should the run be killed before it reports
-            _append_partial(config, Collected(collected=item.nodeid, **config._sb_meta[item.nodeid]))
+            _append_partial(config, Collected(collected=item.nodeid, **metas[item.nodeid]))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    meta = item.config._sb_meta.get(item.nodeid)
+    meta = item.config.stash[META].get(item.nodeid)
     if not meta:
         return
-    sb = item.config._sb_session
+    sb = item.config.stash[SESSION]
     missing = [cap for cap in meta["needs"] if cap not in sb.capabilities]
     if missing:
         lacking = getattr(sb.probe, "lacking", {}) or {}
@@ -267,7 +281,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
     """With --sb-trace, the targets made during the test (setup to teardown) are recorded."""
     directory = item.config.getoption("--sb-trace")
-    sb = getattr(item.config, "_sb_session", None)
+    sb = target_session(item.config)
     if sb is not None:
         sb.made = 0
     if not directory or sb is None:
@@ -285,7 +299,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
     report = yield
-    meta = item.config._sb_meta.get(item.nodeid)
+    meta = item.config.stash[META].get(item.nodeid)
     if meta is None:
         return report
     outcome = None
@@ -304,16 +318,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         elif report.failed:
             reason = _failure_reason(report)
         result = make_result(item.nodeid, meta, report.when,
-                             {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, outcome),  # type: ignore[arg-type]
+                             OUTCOMES[outcome],
                              mask(reason), report.duration)
         if report.when == "call":
-            result["uses_target"] = item.config._sb_session.made > 0
-        item.config._sb_results.append(result)
+            result["uses_target"] = item.config.stash[SESSION].made > 0
+        item.config.stash[RESULTS].append(result)
         _append_partial(item.config, result)
     return report
 
 
-def _append_partial(config: pytest.Config, result: dict) -> None:
+def _append_partial(config: pytest.Config, result: TestResult | Collected) -> None:
     """Each result also goes, as it happens, to ``<report-json>.partial`` (JSON Lines): if the run
     is killed (``certify --jobs`` stops a stuck shard) the results so far survive."""
     path = config.getoption("--sb-report-json")
@@ -344,13 +358,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = config.getoption("--sb-report-json")
     if not path or getattr(config, "workerinput", None) is not None:
         return
-    sb = config._sb_session
+    sb = config.stash[SESSION]
     data = RunResults(
         target=sb.probe.describe(),
         finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         exitstatus=int(exitstatus),
-        selection=getattr(config, "_sb_selection", []),
-        tests=config._sb_results,
+        selection=config.stash.get(SELECTION, []),
+        tests=config.stash[RESULTS],
     )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
@@ -363,7 +377,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="session")
 def sb_session(pytestconfig: pytest.Config) -> TargetSession:
     """The target under test, as chosen with --sb-target."""
-    return pytestconfig._sb_session
+    return pytestconfig.stash[SESSION]
 
 
 @pytest.fixture

@@ -1,0 +1,286 @@
+"""Deliveries of ``sbconform serve``: messages out to receivers with credit (``_serve``), the
+client's settlements of them (``_settled_by_client``), and transfers in (``_admit``: the door
+for every transfer; ``_incoming``: to an entity, ``$cbs``, a management node or the
+transaction coordinator). The lock token of each delivery sent lives in its receiver's
+``Receiving.tokens``, keyed by the delivery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proton import Delivery, Endpoint, Link
+
+from reference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
+from reference import Message as ModelMessage
+from reference.message import Delivery as ModelDelivery
+from reference.message import State, StoredMessage
+
+from ..amqp import codec
+from . import coordinator
+from . import values as v
+from .limits import Refused, check_message, plain
+from .state import ConnState, Receiving
+from .wire import BATCH_FORMAT, WireError, data_sections
+
+A = v.A
+
+
+class Deliveries:
+    """Delivery handling of ``Server`` (a mixin: the server's state is on ``self``)."""
+
+    def _serve(self, r: Receiving) -> None:
+        link = r.link
+        if r.conn.closed or not link.state & Endpoint.LOCAL_ACTIVE:
+            self.waiting[r.key].discard(r)
+            return
+        credit = link.credit
+        if credit <= 0:
+            self.waiting[r.key].discard(r)
+            return
+        if r.conn.throttled or r.conn.closing:
+            self.waiting[r.key].add(r)  # served again once the peer reads (``_flush``)
+            return
+        settled = r.mode == RECEIVE_AND_DELETE
+        cap = self.limits.max_output_buffer
+        found: list = []
+        asked = 0
+        while asked < credit:  # in slices: a peer that does not read gets the cap, one slice and one frame at most
+            if r.conn.buffered() > cap:
+                r.conn.throttled = True
+                self.waiting[r.key].add(r)
+                return
+            want = min(credit - asked, 16)
+            try:
+                part = self.namespace.receive(r.conn.model_conn, r.path, want, r.mode, r.session_id)
+            except ServiceBusError as error:
+                self.waiting[r.key].discard(r)
+                link.condition = v.condition(error)
+                link.close()
+                return
+            tokens = r.tokens
+            for d in part:
+                token = d.lock_token
+                tag = v.lock_uuid(token).bytes_le if token is not None else r.conn.next_tag()
+                dlv = link.delivery(tag)
+                link.send(self._encode(d))
+                link.advance()
+                if settled:
+                    dlv.settle()
+                elif token is not None:
+                    tokens[dlv] = token
+            found += part
+            asked += want
+            if len(part) < want:
+                break
+        if len(found) < credit:
+            if link.drain_mode:
+                link.drained()
+                self.waiting[r.key].discard(r)
+            else:
+                self.waiting[r.key].add(r)
+        else:
+            self.waiting[r.key].discard(r)
+
+    def _settled_by_client(self, state: ConnState, link: Link, dlv: Delivery) -> None:
+        info = state.link_info.get(link)
+        r: Receiving | None = info.receiving if info is not None else None
+        token = r.tokens.get(dlv) if r is not None else None
+        if token is None or r is None:
+            if not dlv.settled:
+                dlv.settle()
+            return
+        txn = coordinator.transactional(dlv)
+        if txn is not None:  # TXN-VIS-002: enlisted, applied at commit; the lock stays meanwhile
+            try:
+                kind, reason, description = coordinator.settlement_of(txn[1])
+                self.namespace.transactions.settle(state.model_conn, txn[0], kind, r.path, token, reason, description)
+            except ServiceBusError as error:
+                dlv.local.condition = v.condition(error)
+                dlv.update(Delivery.REJECTED)
+                dlv.settle()
+                r.tokens.pop(dlv, None)
+                return
+            del r.tokens[dlv]
+            coordinator.answer_transactional(dlv, txn[0])
+            return
+        outcome = dlv.remote_state
+        remote = dlv.remote
+        ns = self.namespace
+        reply = outcome
+        error: ServiceBusError | None = None
+        try:
+            if outcome == Delivery.ACCEPTED:
+                ns.complete(state.model_conn, r.path, token)
+            elif outcome == Delivery.RELEASED:
+                ns.release(state.model_conn, r.path, token)
+            elif outcome == Delivery.MODIFIED:
+                if remote.undeliverable:
+                    ns.defer(state.model_conn, r.path, token)
+                else:
+                    ns.abandon(state.model_conn, r.path, token)
+            elif outcome == Delivery.REJECTED:
+                cond = remote.condition
+                info = (cond.info if cond is not None else None) or {}
+                reason = info.get("DeadLetterReason", info.get(A("DeadLetterReason")))
+                desc = info.get("DeadLetterErrorDescription", info.get(A("DeadLetterErrorDescription")))
+                ns.dead_letter(state.model_conn, r.path, token, reason, desc)
+            else:
+                return  # not a terminal outcome yet
+        except ServiceBusError as e:
+            error = e
+        del r.tokens[dlv]
+        self.dirty.add(r.key)
+        if dlv.settled:
+            return  # the client settled first (older SDKs): it expects no answer
+        if error is not None:
+            dlv.local.condition = v.condition(error)
+            dlv.update(Delivery.REJECTED)
+        elif reply == Delivery.REJECTED:
+            dlv.update(Delivery.REJECTED)
+        elif reply == Delivery.MODIFIED:
+            dlv.local.failed = remote.failed
+            dlv.local.undeliverable = remote.undeliverable
+            dlv.update(Delivery.MODIFIED)
+        else:
+            dlv.update(reply)
+        dlv.settle()
+
+    def _encode(self, d: Any, lock_token: bool = True) -> bytes:
+        return codec.encode(d, self.clock.epoch_ms, lock_token)
+
+    # ---------------------------------------------------------------- send
+    def _admit(self, state: ConnState, link: Link, dlv: Delivery) -> bool:
+        """The door for every transfer: on a link we granted, within its credit and the
+        delivery size limit, under a token still valid. False: drop it (already answered)."""
+        info = state.link_info.get(link)
+        role = None if info is None else info.role
+        if info is None or role == "refused":  # refused or never granted: store nothing, close
+            self._shut(state, "amqp:unauthorized-access", "A transfer on a link the server refused or never granted.")
+            return False
+        if dlv != info.last and dlv.readable:  # its first frame (a delivery is readable until advanced)
+            info.last = dlv
+            if role == "detached":
+                return self._drop(link, dlv)
+            info.received += 1
+            state.fed.add(link)
+            if info.received > info.granted:  # AMQP 1.0 part 2, 2.6.7: no transfer without credit
+                self._detach_with(state, link, v.error(
+                    "amqp:link:transfer-limit-exceeded", f"A transfer beyond the {info.granted} credits granted on this link."))
+                return self._drop(link, dlv)
+        elif role not in ("node", "entity"):
+            return self._drop(link, dlv)
+        limit = self.limits.max_delivery_size
+        if dlv.pending > limit:  # across continuation frames: the connection goes, with its input
+            self._shut(state, "amqp:link:message-size-exceeded",
+                       f"A delivery over {limit} bytes (--max-delivery-size); the connection is closed.")
+            return False
+        if dlv.partial:
+            return False
+        if role == "entity":
+            try:
+                self._authorize(state, info.path)
+            except ServiceBusError as error:  # the token expired since the attach
+                self._detach_with(state, link, v.condition(error))
+                return self._drop(link, dlv)
+        return True
+
+    @staticmethod
+    def _drop(link: Link, dlv: Delivery) -> bool:
+        """Read and forget a transfer arriving on a link we detached."""
+        if dlv.pending > 0:
+            link.recv(dlv.pending)
+        if not dlv.partial:
+            link.advance()  # transfers on a link arrive one after the other: this is the current one
+            dlv.settle()
+        return False
+
+    def _incoming(self, state: ConnState, link: Link, dlv: Delivery) -> None:
+        if not self._admit(state, link, dlv):
+            return
+        if not dlv.readable:
+            return
+        data = link.recv(dlv.pending)
+        fmt = state.scanner.message_format(link.name, v.delivery_tag(dlv))
+        link.advance()
+        if coordinator.is_coordinator(link):
+            coordinator.control(self.namespace, state.model_conn, data, dlv, v.condition)
+            self._mark_all_dirty()  # a commit's sends and abandons reach waiting receivers now
+            return
+        address = v.entity_path(link.remote_target.address)
+        if address == "$cbs":
+            try:
+                self._cbs(state, data)
+            except Refused as refused:  # not a message at all: the client's mistake, not ours
+                dlv.local.condition = v.error("amqp:decode-error", str(refused))
+                dlv.update(Delivery.REJECTED)
+            else:
+                dlv.update(Delivery.ACCEPTED)
+            dlv.settle()
+            return
+        if address.endswith("$management") or address == "$sbconform":
+            txn = coordinator.transactional(dlv)
+            self._management(state, address, data, None if txn is None else txn[0])
+            if txn is not None:
+                coordinator.answer_transactional(dlv, txn[0])
+                return
+            dlv.update(Delivery.ACCEPTED)
+            dlv.settle()
+            return
+        error: ServiceBusError | None = None
+        txn = coordinator.transactional(dlv)
+        destination = coordinator.destination_of(link)
+        try:
+            if fmt == BATCH_FORMAT:
+                messages = [self._decode(part) for part in data_sections(data)]
+            else:
+                messages = [self._decode(data)]
+            for m in messages:
+                self._check_storable(m)
+            if txn is not None:  # TXN-VIS-001: enlisted, committed at discharge
+                via = address if destination is not None else None
+                self.namespace.transactions.send(state.model_conn, txn[0], v.entity_path(destination) if via else address, messages, via=via)
+            else:
+                self.namespace.send(state.model_conn, v.entity_path(destination) if destination else address, messages)
+        except ServiceBusError as e:
+            error = e
+        except Refused as e:  # the broker could not send it back as it came: refused at the door
+            error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message was refused: {e}")
+        except (WireError, Exception) as e:  # undecodable: a rejection, not a crash
+            error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message could not be decoded: {e}")
+        key = address.split("/", 1)[0].lower()
+        entity = self.namespace.entities.get(key)
+        if entity is not None and entity.description.forward_to is not None:
+            self._mark_all_dirty()
+        self.dirty.add(key)
+        if dlv.settled:
+            dlv.settle()
+            return
+        if error is not None:
+            dlv.local.condition = v.condition(error)
+            dlv.update(Delivery.REJECTED)
+        elif txn is not None:
+            coordinator.answer_transactional(dlv, txn[0])
+            return
+        else:
+            dlv.update(Delivery.ACCEPTED)
+        dlv.settle()
+
+    def _check_storable(self, m: ModelMessage) -> None:
+        """Refuse (``Refused``) a message this server could not deliver again: its
+        application properties outside AMQP's rules, or anything ``_encode`` fails on
+        (tried on a stand-in record with the broker's fields set to extreme values)."""
+        check_message(m)
+        if plain(m):
+            return
+        now = self.clock.now
+        stored = StoredMessage(m, 2**62, now, NEVER, 0, State.SCHEDULED if m.scheduled_enqueue_time is not None else State.ACTIVE, 0, 0)
+        stored.lock_token, stored.locked_until = 2**128 - 1, now + 3_600_000
+        stored.dead_letter_reason = stored.dead_letter_description = stored.dead_letter_source = "x"
+        try:
+            self._encode(ModelDelivery(stored))
+        except Exception as error:  # noqa: BLE001 - whatever the encoder objects to
+            raise Refused(f"it could not be delivered again ({type(error).__name__}: {error})") from None
+
+    def _decode(self, data: bytes) -> ModelMessage:
+        return codec.decode(data, self.clock.epoch_ms)
+

@@ -1,0 +1,213 @@
+"""The ``$management`` node of each entity: a table from operation name to handler.
+
+A handler takes the ``Request`` (the namespace, the connection, the entity path, the body)
+and returns an ``Answer``: the status code, the response body, and ``Changes`` (the entities
+whose waiting receivers the server serves again). It never calls back into the server.
+Operations a transaction may hold have their own table (``TRANSACTIONAL``); rule operations
+(add-rule, remove-rule, enumerate-rules) are in ``rules.py``.
+
+Wire facts: Microsoft's "AMQP 1.0 in Azure Service Bus: request-response-based operations"
+(https://learn.microsoft.com/azure/service-bus-messaging/service-bus-amqp-request-response).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, NamedTuple
+
+from proton import UNDESCRIBED, Array, Data, timestamp
+
+from reference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
+from reference import Message as ModelMessage
+
+from ..amqp import codec
+from . import values as v
+from .limits import Limits
+from .rules import rule_operation
+from .state import WallClock
+
+
+class Changes(NamedTuple):
+    """What an operation changed, for the server to act on."""
+
+    keys: frozenset = frozenset()  # entities (lower-case keys) whose waiting receivers may be served now
+    everything: bool = False  # every entity with receivers waiting
+    shifted_ms: int = 0  # the clock moved forward this much (advance-time)
+
+
+NOTHING = Changes()
+
+
+class Request(NamedTuple):
+    ns: Namespace
+    conn: int
+    clock: WallClock
+    limits: Limits
+    path: str
+    body: dict
+    txn: int | None = None
+
+    @property
+    def key(self) -> str:
+        return self.path.split("/", 1)[0].lower()
+
+    @property
+    def sid(self) -> str | None:
+        return v.opt_str(self.body.get("session-id"))
+
+    def tokens(self) -> list[int]:
+        return [u.int for u in map(v.as_uuid, v.values(self.body["lock-tokens"]))]
+
+
+Answer = tuple[int, Any, Changes]
+Handler = Callable[[Request], Answer]
+
+
+def _expirations(clock: WallClock, instants: list[int]) -> dict:
+    return {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *[timestamp(clock.epoch_ms + t) for t in instants])}
+
+
+def renew_lock(q: Request) -> Answer:
+    return 200, _expirations(q.clock, [q.ns.renew_lock(q.conn, q.path, token) for token in q.tokens()]), NOTHING
+
+
+def peek_message(q: Request) -> Answer:
+    start = int(q.body.get("from-sequence-number", 1))
+    count = int(q.body.get("message-count", 1))
+    found = q.ns.peek(q.path, start, count, q.sid)
+    if not found:
+        return 204, {}, NOTHING
+    # one reply holds at most --max-delivery-size of messages (at least one): a peek
+    # may return fewer messages than asked, and the client asks again from the next
+    messages: list[dict] = []
+    total = 0
+    for d in found:
+        encoded = codec.encode(d, q.clock.epoch_ms, False)
+        if messages and total + len(encoded) > q.limits.max_delivery_size:
+            break
+        messages.append({"message": encoded})
+        total += len(encoded)
+    return 200, {"messages": messages}, NOTHING
+
+
+def schedule_message(q: Request) -> Answer:
+    by_time: dict[int, list[ModelMessage]] = defaultdict(list)
+    order = []
+    for entry in v.values(q.body["messages"]):
+        m = codec.decode(bytes(entry["message"]), q.clock.epoch_ms)
+        when = m.scheduled_enqueue_time if m.scheduled_enqueue_time is not None else q.clock.now
+        by_time[when].append(m.with_changes(scheduled_enqueue_time=None))
+        order.append(when)
+    numbers: list[int] = []
+    for when in dict.fromkeys(order):
+        numbers += q.ns.schedule(q.conn, q.path, by_time[when], when)
+    return 200, {"sequence-numbers": Array(UNDESCRIBED, Data.LONG, *numbers)}, Changes(frozenset([q.key]))
+
+
+def cancel_scheduled_message(q: Request) -> Answer:
+    q.ns.cancel_scheduled(q.conn, q.path, [int(n) for n in v.values(q.body["sequence-numbers"])])
+    return 200, {}, NOTHING
+
+
+def receive_by_sequence_number(q: Request) -> Answer:
+    mode = PEEK_LOCK if int(q.body.get("receiver-settle-mode", 1)) == 1 else RECEIVE_AND_DELETE
+    found = q.ns.receive_deferred(q.conn, q.path, [int(n) for n in v.values(q.body["sequence-numbers"])], mode, q.sid)
+    out = []
+    for d in found:
+        entry: dict[str, Any] = {"message": codec.encode(d, q.clock.epoch_ms, True)}
+        if d.lock_token is not None:
+            entry["lock-token"] = v.lock_uuid(d.lock_token)
+        out.append(entry)
+    return 200, {"messages": out}, NOTHING
+
+
+def _disposition(q: Request) -> str:
+    kind = v.DISPOSITIONS.get(str(q.body["disposition-status"]))
+    if kind is None:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown disposition-status {q.body['disposition-status']!r}")
+    return kind
+
+
+def update_disposition(q: Request) -> Answer:
+    str(q.body["disposition-status"])
+    tokens = q.tokens()
+    if tokens:
+        kind = _disposition(q)
+        reason, description = v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description"))
+        ns, conn, path = q.ns, q.conn, q.path
+        for token in tokens:
+            if kind == "complete":
+                ns.complete(conn, path, token)
+            elif kind == "abandon":
+                ns.abandon(conn, path, token)
+            elif kind == "defer":
+                ns.defer(conn, path, token)
+            else:
+                ns.dead_letter(conn, path, token, reason, description)
+    return 200, {}, Changes(frozenset([q.key]))
+
+
+def renew_session_lock(q: Request) -> Answer:
+    until = q.ns.renew_session_lock(q.conn, q.path, str(q.sid))
+    return 200, {"expiration": timestamp(q.clock.epoch_ms + until)}, NOTHING
+
+
+def get_session_state(q: Request) -> Answer:
+    return 200, {"session-state": q.ns.get_session_state(q.conn, q.path, str(q.sid))}, NOTHING
+
+
+def set_session_state(q: Request) -> Answer:
+    value = q.body.get("session-state")
+    q.ns.set_session_state(q.conn, q.path, str(q.sid), None if value is None else bytes(value))
+    return 200, {}, NOTHING
+
+
+OPERATIONS: dict[str, Handler] = {
+    "com.microsoft:renew-lock": renew_lock,
+    "com.microsoft:peek-message": peek_message,
+    "com.microsoft:schedule-message": schedule_message,
+    "com.microsoft:cancel-scheduled-message": cancel_scheduled_message,
+    "com.microsoft:receive-by-sequence-number": receive_by_sequence_number,
+    "com.microsoft:update-disposition": update_disposition,
+    "com.microsoft:renew-session-lock": renew_session_lock,
+    "com.microsoft:get-session-state": get_session_state,
+    "com.microsoft:set-session-state": set_session_state,
+}
+
+
+# A management request inside a transaction (its transfer carried transactional-state, as the
+# request-response page allows "for operations that support transactions"): a disposition by
+# lock token is enlisted (applied at commit, TXN-VIS-002), a lock renewal takes effect at once
+# (TXN-OPS-001); any other operation cannot be part of a transaction.
+def transactional_disposition(q: Request) -> Answer:
+    kind = _disposition(q)
+    q.ns.transactions.settle_all(q.conn, q.txn, kind, q.path, q.tokens(),
+                                 v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description")))
+    return 200, {}, NOTHING
+
+
+def transactional_renew_lock(q: Request) -> Answer:
+    return 200, _expirations(q.clock, [q.ns.transactions.renew_lock(q.conn, q.txn, q.path, token) for token in q.tokens()]), NOTHING
+
+
+TRANSACTIONAL: dict[str, Handler] = {
+    "com.microsoft:update-disposition": transactional_disposition,
+    "com.microsoft:renew-lock": transactional_renew_lock,
+}
+
+
+def dispatch(operation: str, q: Request) -> Answer:
+    """Run ``operation`` on the entity at ``q.path``; ``ServiceBusError`` for what it refuses."""
+    if q.txn is not None:  # TXN-OPS-001: settlements by lock token and renewals; nothing else
+        handler = TRANSACTIONAL.get(operation)
+        if handler is None:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"{operation} cannot be part of a transaction (send, complete, abandon, "
+                                                               "dead-letter, defer and renew lock can)")
+        return handler(q)
+    handler = OPERATIONS.get(operation)
+    if handler is not None:
+        return handler(q)
+    ruled = rule_operation(q.ns, q.path, operation, q.body)  # add-rule, remove-rule, enumerate-rules
+    if ruled is not None:
+        return ruled[0], ruled[1], NOTHING
+    raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unsupported management operation {operation!r}")

@@ -1,0 +1,145 @@
+"""What the server knows about its clients, in records it owns: proton's objects carry no
+attribute of ours; the server keeps dicts keyed by them (``ConnState.link_info``: one
+``LinkInfo`` per link; ``Receiving.tokens``: the lock token of each delivery sent on it).
+A proton wrapper hashes by the C object it wraps, so any wrapper of the same link finds its
+record; a record is dropped when its link is freed (``Links._release``, ``_end_session``)."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+from typing import Any
+
+from proton import Collector, Connection, Delivery, Link, Transport
+
+from .limits import Limits
+from .wire import FrameScanner
+
+
+class WallClock:
+    """The model's clock on a server: milliseconds since the server started, plus whatever the
+    ``$sbconform`` node was asked to move it forward (``shift``: virtual time on a real endpoint,
+    so a test waits for a lock, a TTL or a schedule without sleeping)."""
+
+    __slots__ = ("start", "epoch_ms", "offset")
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.epoch_ms = int(time.time() * 1000)
+        self.offset = 0
+
+    @property
+    def now(self) -> int:
+        return int((time.monotonic() - self.start) * 1000) + self.offset
+
+    def advance(self, duration: int) -> int:  # the model never advances a wall clock
+        return self.now
+
+    def advance_to(self, instant: int) -> int:
+        return self.now
+
+    def shift(self, duration: int) -> int:
+        """Move the clock ``duration`` ms forward at once (never back)."""
+        self.offset += max(0, int(duration))
+        return self.now
+
+    def monotonic_of(self, instant: int) -> float:
+        """The ``time.monotonic()`` value at which the clock reads ``instant``."""
+        return self.start + (instant - self.offset) / 1000
+
+
+class LinkInfo:
+    """What the server knows about one link of a client.
+
+    ``role``: "node" (requests to $cbs, $management, $sbconform, a transaction coordinator),
+    "entity" (messages to or from ``path``), "refused" (attached with a null terminus and
+    detached at once), "detached" (we detached it: what still arrives on it is dropped).
+    ``granted``/``received``: every credit ever issued on it, every transfer it carried;
+    ``last``: the incoming delivery counted last (one delivery spans several frames).
+    ``receiving``: the client's receiver on an entity, if it is one."""
+
+    __slots__ = ("role", "path", "granted", "received", "last", "receiving")
+
+    def __init__(self, role: str, path: str = "") -> None:
+        self.role = role
+        self.path = path
+        self.granted = 0
+        self.received = 0
+        self.last: Delivery | None = None
+        self.receiving: Receiving | None = None
+
+
+class ConnState:
+    """What the server knows about one client connection."""
+
+    def __init__(self, sock: socket.socket, model_conn: int, limits: Limits = Limits()) -> None:
+        self.sock = sock
+        self.scanner = FrameScanner()
+        self.transport = Transport(Transport.SERVER)
+        self.transport.max_frame_size = 1024 * 1024
+        # advertised in OPEN (proton says half); enforced by the server (_tick), which checks
+        # before proton would (proton's deadline starts at a tick after the last input)
+        self.transport.idle_timeout = limits.idle_timeout
+        self.last_input = time.monotonic()
+        sasl = self.transport.sasl()
+        sasl.allow_insecure_mechs = True
+        sasl.allowed_mechs("ANONYMOUS PLAIN")
+        self.connection = Connection()
+        self.collector = Collector()
+        self.connection.collect(self.collector)
+        self.transport.bind(self.connection)
+        self.model_conn = model_conn
+        self.audiences: dict[str, int] = {}  # entity path (lower case) -> expiry (epoch s) of the token for it
+        self.granted: set[Link] = set()  # entity links opened on a grant (checked again at every tick)
+        self.link_info: dict[Link, LinkInfo] = {}  # our record of each of its links
+        self.open_deadline = time.monotonic() + limits.open_timeout
+        self.opened = False  # the client's OPEN arrived
+        self.closing = False  # we closed the connection: its input is read and dropped
+        self.close_by = 0.0  # when closing: the socket is closed at this instant at the latest
+        self.throttled = False  # its output is over the cap: neither read from nor served
+        self.registered = True
+        self.unpushed = memoryview(b"")  # bytes read that proton could not take yet
+        self.links = 0  # links the client has open
+        self.sessions: set[Any] = set()  # its sessions (for the bytes queued in them)
+        self.fed: set[Link] = set()  # links that received transfers in this read (credit top-up)
+        self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
+        self.receivers: list[Receiving] = []
+        self.pending_sessions: list[Receiving] = []
+        self.events = selectors.EVENT_READ  # what the selector watches for on its socket
+        self.closed = False
+        self.clean_close = False
+        self.tag = 0
+
+    def queued_output(self) -> int:
+        """Bytes of deliveries queued in its sessions, not yet framed for the transport."""
+        return sum(session.outgoing_bytes for session in self.sessions)
+
+    def buffered(self) -> int:
+        """Output held for this peer: framed bytes not yet written, and queued deliveries."""
+        return max(self.transport.pending(), 0) + self.queued_output()
+
+    def next_tag(self) -> bytes:
+        self.tag += 1
+        return self.tag.to_bytes(8, "big")
+
+
+class Receiving:
+    """A client's receiver: our sending link on an entity. ``tokens``: the lock token of each
+    delivery sent on it and not settled yet (peek-lock)."""
+
+    __slots__ = ("link", "conn", "path", "key", "mode", "session_id", "wants_session", "deadline", "address",
+                 "pending_session_id", "tokens")
+
+    def __init__(self, link: Link, conn: ConnState, path: str, mode: str) -> None:
+        self.link = link
+        self.conn = conn
+        self.path = path
+        self.key = path.split("/", 1)[0].lower()
+        self.mode = mode
+        self.session_id: str | None = None
+        self.wants_session = False
+        self.deadline = 0.0
+        self.address = ""
+        self.pending_session_id: str | None = None  # the session it asked for, while it waits
+        self.tokens: dict[Delivery, int] = {}

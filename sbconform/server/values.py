@@ -1,0 +1,90 @@
+"""Small AMQP helpers the server's modules share: the symbols Service Bus speaks on links,
+entity paths from addresses, lock tokens as UUIDs, and the two ways the server builds an
+AMQP error (from a model error, or its own)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+from cproton import bytes2pybytes
+from cproton_ffi import lib as _lib
+from proton import Array, Condition, Delivery, symbol
+
+from reference import ServiceBusError
+
+from ..amqp import codec
+
+A = symbol
+#: update-disposition's disposition-status -> the model's settlement
+DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer", "suspended": "dead_letter"}
+SESSION_FILTER = A("com.microsoft:session-filter")
+LOCKED_UNTIL_UTC = A("com.microsoft:locked-until-utc")
+ATTACH_TIMEOUT = A("com.microsoft:timeout")
+TRACKING_ID = A("com.microsoft:tracking-id")
+ENTITY_TYPE = A("com.microsoft:entity-type")
+#: .NET's MessagingEntityType: Queue 0, Topic 1, Subscriber 2
+ENTITY_TYPES = {"queue": 0, "topic": 1, "subscription": 2}
+#: how long a next-available-session attach waits when the client names no timeout: the
+#: service's default operation timeout (the Python SDK itself waits 65 s for the ATTACH)
+SESSION_WAIT_MS = 60_000
+DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
+TRACKING = A("com.microsoft:tracking-id")
+#: the addresses of the nodes that take requests (not entities)
+NODES = ("$cbs", "$sbconform")
+
+
+def is_node(address: str) -> bool:
+    """``$cbs``, ``$sbconform`` or a ``$management`` node: requests, each authorized on its own."""
+    return address in NODES or address.endswith("$management")
+
+
+def lock_uuid(token: int) -> uuid.UUID:
+    return uuid.UUID(int=token)
+
+
+def entity_path(address: str | None) -> str:
+    """'amqps://localhost:5672/q1/$DeadLetterQueue' -> 'q1/$DeadLetterQueue'."""
+    if not address:
+        return ""
+    if "://" in address:
+        return urlparse(address).path.lstrip("/")
+    return address.lstrip("/")
+
+
+def values(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, Array):
+        return list(value.elements)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def delivery_tag(delivery: Delivery) -> bytes:
+    return bytes2pybytes(_lib.pn_delivery_tag(delivery._impl))
+
+
+def condition(error: ServiceBusError) -> Condition:
+    """The AMQP error for a model error. The info map is always present (with the
+    tracking id): the SDK reads the error's third field and fails on a shorter list."""
+    return Condition(codec.condition_of(error.code), error.text, {TRACKING: error.tracking_id})
+
+
+def error(condition: str, text: str) -> Condition:
+    """An AMQP error the server raises itself, with the same info map as ``condition``."""
+    return Condition(condition, text, {TRACKING: f"sbconform-{uuid.uuid4()}"})
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, (bytes, bytearray)) and len(value) == 16:
+        return uuid.UUID(bytes=bytes(value))
+    return uuid.UUID(str(value))
+
+
+def opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,47 @@
+"""The shape of ``sbconform serve`` (issue 12): modules by concern, each under 500 lines, and
+no attribute of ours hung on proton's objects (the server keeps dicts keyed by them)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import proton
+
+SERVER = Path(__file__).resolve().parents[1] / "sbconform" / "server"
+#: an assignment to an attribute of a proton link, delivery, session, connection or terminus
+ASSIGNED = re.compile(r"\b(link|dlv|delivery|session|connection|c|source|target)\.([A-Za-z_]\w*)\s*=(?!=)")
+OWNER = {"link": proton.Link, "dlv": proton.Delivery, "delivery": proton.Delivery, "session": proton.Session,
+         "connection": proton.Connection, "c": proton.Connection, "source": proton.Terminus, "target": proton.Terminus}
+#: proton's own record attributes (set in ``Endpoint._init``; ``condition`` is read when the endpoint closes)
+PROTONS_RECORD = {"condition"}
+
+
+def protons_own(owner: type, attribute: str) -> bool:
+    return hasattr(owner, attribute) or (issubclass(owner, proton.Endpoint) and attribute in PROTONS_RECORD)
+
+
+def test_every_server_module_is_under_500_lines() -> None:
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in SERVER.glob("*.py")}
+    assert sizes and all(n < 500 for n in sizes.values()), {k: n for k, n in sizes.items() if n >= 500}
+
+
+def test_the_server_sets_only_protons_own_attributes_on_protons_objects() -> None:
+    """proton's wrappers store any unknown attribute in the C object's record (``link.sb_role``
+    used to work that way, with ``type: ignore``): only proton's own properties may be set."""
+    ours = []
+    for path in sorted(SERVER.glob("*.py")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for name, attribute in ASSIGNED.findall(line):
+                if not protons_own(OWNER[name], attribute):
+                    ours.append(f"{path.name}:{number}: {name}.{attribute}")
+            if "setattr(" in line:
+                ours.append(f"{path.name}:{number}: setattr")
+    assert not ours, ours
+
+
+def test_the_check_sees_an_attribute_of_ours() -> None:
+    """The pattern catches what it is there for (an invented attribute is not proton's)."""
+    line = '        link.sb_role = "node"'
+    found = ASSIGNED.findall(line)
+    assert found == [("link", "sb_role")] and not protons_own(proton.Link, "sb_role")
