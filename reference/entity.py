@@ -161,6 +161,9 @@ class Entity:
         self.bytes = 0  # held by this entity, for the quota (SETTLE-SEND-005)
         self.max_bytes = description.max_size_in_megabytes * MB
         self.stores: list[MessageStore] = []
+        #: A queue that requires sessions takes only messages with a SessionId; chosen at
+        #: creation only (PART-CREATE-002). A topic takes any (its subscriptions decide).
+        self.sends_need_session_id = self.kind == "queue" and description.requires_session
         #: Set by the namespace: delivers a message to another entity (auto-forwarding).
         self.router: Callable[[str, Message, int], None] | None = None
 
@@ -190,18 +193,20 @@ class Entity:
 
     # ---------------------------------------------------------------- send
 
+    def check_one(self, m: Message, now: int) -> int:
+        """``check`` for a single message, without lists: its size, once it fits every limit."""
+        size = message_size(m)
+        if size <= self.description.max_message_size and self.bytes + size <= self.max_bytes and (
+            m.session_id is not None or not self.sends_need_session_id
+        ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
+            m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
+        ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
+            return size
+        return self.check([m], now)[0]  # raises the error that applies
+
     def check(self, messages: list[Message], now: int) -> list[int]:
         """Everything that may reject a send, before anything is accepted (all or none)."""
         d = self.description
-        if len(messages) == 1:
-            m = messages[0]
-            size = message_size(m)
-            if size <= d.max_message_size and self.bytes + size <= self.max_bytes and (
-                m.session_id is not None or not self.requires_session_on_send()
-            ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
-                m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
-            ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
-                return [size]
         for m in messages:  # SETTLE-SEND-008
             for name, value in (("MessageId", m.message_id), ("SessionId", m.session_id), ("PartitionKey", m.partition_key)):
                 if value is not None and len(value) > MAX_ID_LENGTH:
@@ -225,7 +230,7 @@ class Entity:
                 f"The batch of {total} bytes exceeds the maximum message size of {d.max_message_size} bytes.",
                 transient=False,
             )
-        if self.requires_session_on_send():
+        if self.sends_need_session_id:
             for m in messages:
                 if m.session_id is None:
                     raise ServiceBusError(
@@ -242,9 +247,6 @@ class Entity:
             )
         return sizes
 
-    def requires_session_on_send(self) -> bool:
-        return False
-
     def accept(self, messages: list[Message], now: int) -> list[int | None]:
         """SETTLE-SEND-001: accept a message or a batch; returns sequence numbers.
 
@@ -252,7 +254,16 @@ class Entity:
         """
         if self.schedule_order:
             self.tick(now)
-        sizes = self.check(messages, now)
+        if len(messages) == 1:
+            message = messages[0]
+            size = self.check_one(message, now)
+            if self.duplicates is None and message.scheduled_enqueue_time is None:  # the usual send
+                self.last_sequence_number = seq = self.last_sequence_number + 1
+                self.deliver(message, seq, now, size)
+                return [seq]
+            sizes = [size]
+        else:
+            sizes = self.check(messages, now)
         out: list[int | None] = []
         duplicates = self.duplicates
         for message, size in zip(messages, sizes):
@@ -462,9 +473,6 @@ class Queue(Entity):
     def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int]) -> None:
         super().__init__(path, description, next_lock_token)
         self.store = self._new_store(path, description)
-
-    def requires_session_on_send(self) -> bool:
-        return self.description.requires_session
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
         if message.content_type == PING_CONTENT_TYPE:

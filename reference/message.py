@@ -77,8 +77,7 @@ def _measure(message: Message) -> int:
     fixed overhead. It is not the AMQP-encoded size, but it grows the same way: moving a
     property under another name, or adding one, makes the message larger (PAIR-SIZE-001).
     """
-    size = MESSAGE_OVERHEAD + len(message.body)
-    for value in (
+    strings = (
         message.message_id,
         message.session_id,
         message.partition_key,
@@ -88,15 +87,20 @@ def _measure(message: Message) -> int:
         message.to,
         message.reply_to,
         message.reply_to_session_id,
-    ):
-        if value is not None:
-            size += len(value) if value.isascii() else len(value.encode("utf-8"))
+    )
+    try:
+        text = "".join(filter(None, strings))  # one pass over the properties that are set
+    except TypeError:  # a property that is not a string (bytes): measured one by one
+        size = MESSAGE_OVERHEAD + len(message.body) + sum(_value_size(v) for v in strings)
+    else:
+        size = MESSAGE_OVERHEAD + len(message.body) + (len(text) if text.isascii() else len(text.encode("utf-8")))
     if message.time_to_live is not None:
         size += 8
     if message.scheduled_enqueue_time is not None:
         size += 8
-    for key, value in message.application_properties.items():
-        size += len(key.encode("utf-8")) + _value_size(value)
+    if message.application_properties:
+        for key, value in message.application_properties.items():
+            size += len(key.encode("utf-8")) + _value_size(value)
     return size
 
 

@@ -345,7 +345,10 @@ class Namespace:
         picks among ``allowed_partitions`` (default: round-robin)."""
         self.billed_operations += 1
         batch = [messages] if isinstance(messages, Message) else list(messages)
-        entity = self._sending_entity(path)
+        route = self._routes.get(path)
+        # A cached route is an entity that answers now (faulted ones are never cached);
+        # with no store it is the queue or topic itself: what a sender may address.
+        entity = route[0] if route is not None and route[1] is None else self._sending_entity(path)
         if choose is not None:
             return entity.accept(batch, self.clock.now, choose)
         return entity.accept(batch, self.clock.now)
@@ -428,10 +431,20 @@ class Namespace:
         if max_count < 1:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"max_count must be at least 1, got {max_count}")
         self.billed_operations += 1
-        return self._receiving_store(path).receive(self.clock.now, conn, max_count, mode, session_id, choose)
+        route = self._routes.get(path)
+        if route is not None and route[1] is None and route[0].kind == "queue" and not route[0].schedule_order:
+            store = route[0].store  # a queue with nothing scheduled: what _receiving_store returns
+        else:
+            store = self._receiving_store(path)
+        return store.receive(self.clock.now, conn, max_count, mode, session_id, choose)
 
     def complete(self, conn: int, path: str, lock_token: int) -> None:
-        self._receiving_store(path).complete(self.clock.now, conn, lock_token)
+        route = self._routes.get(path)
+        if route is not None and route[1] is None and route[0].kind == "queue" and not route[0].schedule_order:
+            store = route[0].store  # a queue with nothing scheduled: what _receiving_store returns
+        else:
+            store = self._receiving_store(path)
+        store.complete(self.clock.now, conn, lock_token)
 
     def abandon(self, conn: int, path: str, lock_token: int) -> None:
         self._receiving_store(path).abandon(self.clock.now, conn, lock_token)
@@ -653,9 +666,8 @@ class Namespace:
     def _receiving_store(self, path: str) -> MessageStore:
         route = self._routes.get(path)
         entity, store = route if route is not None else self._resolve(path)
-        now = self.clock.now
         if entity.schedule_order:
-            entity.tick(now)
+            entity.tick(self.clock.now)
         if store is None:
             if entity.kind == "queue":
                 return entity.store
@@ -664,7 +676,7 @@ class Namespace:
             )
         if store.is_dead_letter:
             parent = self._parent_of(entity, store)
-            parent.tick(now)  # lock expiries there may dead-letter into here
+            parent.tick(self.clock.now)  # lock expiries there may dead-letter into here
         return store
 
     @staticmethod

@@ -476,24 +476,25 @@ class PartitionedEntity(Entity):
         partition key (or all have none)."""
         if self.schedule_order:
             self.tick(now)
-        sizes = self.check(messages, now)
         detection = self.description.requires_duplicate_detection
         if len(messages) == 1:
             m = messages[0]
+            sizes = [self.check_one(m, now)]
             if m.session_id is None and m.partition_key is None and not detection:
                 if choose is None and m.scheduled_enqueue_time is None:  # the common case, unkeyed
                     index = self.rotation
                     if not self.available[index]:
                         index = self._default_partition(None)
                     self.rotation = (index + 1) % self.partition_count
-                    self.counters[index] += 1
-                    seq = (index << SEQUENCE_BITS) | self.counters[index]
+                    self.counters[index] = n = self.counters[index] + 1
+                    seq = (index << SEQUENCE_BITS) | n  # sequence_number(index, n)
                     self.deliver_to(index, m, seq, now, sizes[0])
                     return [seq]
                 keys = {None}
             else:
                 keys = {partition_key(m, detection)}
         else:
+            sizes = self.check(messages, now)
             keys = {partition_key(m, detection) for m in messages}
         if len(keys) > 1:
             raise ServiceBusError(
@@ -586,9 +587,6 @@ class PartitionedQueue(PartitionedEntity):
         super().__init__(path, description, next_lock_token, partition_count)
         self.store = PartitionedStore(self, [self._new_store(path, description, self.tokens_for(i)) for i in range(partition_count)])
 
-    def requires_session_on_send(self) -> bool:
-        return self.description.requires_session
-
     def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
         if message.content_type == PING_CONTENT_TYPE:
             return  # PAIR-PING-002
@@ -596,7 +594,8 @@ class PartitionedQueue(PartitionedEntity):
         if self.description.forward_to is not None and self.forward(message, seq, now, store):
             return
         self.bytes += size
-        store.tick(now)
+        if now >= store._due:
+            store.tick(now)
         store.enqueue(self.stored(message, seq, now, size, index))
 
 

@@ -49,6 +49,8 @@ RECEIVE_AND_DELETE = "receive-and-delete"
 #: "dead-lettered", "expired", "consumed".
 Observer = Callable[[str, str, StoredMessage], None]
 
+_LOCKED = State.LOCKED  # a module constant: read on every receive
+
 
 class Lane:
     """The available messages of one FIFO, in sequence-number order.
@@ -284,11 +286,19 @@ class MessageStore:
         seq = msg.sequence_number
         self.messages[seq] = msg
         self.bytes += msg.size
-        lane = self._lane_for(msg, create=True)
-        lane.push(seq)
-        if lane is not self.lane:
-            lane.members += 1
-        if not self.is_dead_letter and msg.expires_at < NEVER:
+        if self.requires_session:
+            session = self._lane_for(msg, create=True)
+            session.push(seq)
+            session.members += 1
+        else:
+            lane = self.lane
+            fresh = lane.fresh
+            if not fresh or seq > fresh[-1]:
+                fresh.append(seq)  # Lane.push, its usual case: the newest message goes last
+                lane.available += 1
+            else:
+                lane.push(seq)
+        if msg.expires_at < NEVER and not self.is_dead_letter:
             heapq.heappush(self.expiries, (msg.expires_at, seq))
             if msg.expires_at < self._due:
                 self._due = msg.expires_at
@@ -322,9 +332,11 @@ class MessageStore:
         Peek-lock locks each for the store's lock duration on behalf of ``holder``
         (SETTLE-LOCK-001/002); receive-and-delete settles each as it goes (SETTLE-RECV-001).
         """
-        self.tick(now)
+        if now >= self._due:
+            self.tick(now)
         if self.requires_session:
             lane = self._held_session(now, holder, session_id)
+            locked_until = lane.locked_until  # a session message's lock is the session lock (SETTLE-SESS-003)
         else:
             if session_id is not None:
                 raise ServiceBusError(
@@ -332,6 +344,7 @@ class MessageStore:
                     "A sessionful message receiver cannot be created on an entity that does not require sessions.",
                 )
             lane = self.lane
+            locked_until = now + self.lock_duration
         out: list[Delivery] = []
         messages = self.messages
         peek_lock = mode == PEEK_LOCK
@@ -340,10 +353,7 @@ class MessageStore:
             if msg is None:
                 break
             if peek_lock:
-                if lane is self.lane:
-                    self._lock(msg, now, holder, now + self.lock_duration)
-                else:  # a session message: its lock is the session lock (SETTLE-SESS-003)
-                    self._lock(msg, now, holder, lane.locked_until, track=False)
+                self._lock(msg, holder, locked_until, track=lane is self.lane)
                 out.append(Delivery(msg))
             else:
                 out.append(Delivery(msg, State.COMPLETED))
@@ -363,9 +373,11 @@ class MessageStore:
         if self.dead_letter_queue is not None:
             self.dead_letter_queue.set_description(lock_duration, max_delivery_count, False)
 
-    def _lock(self, msg: StoredMessage, now: int, holder: int, locked_until: int, track: bool = True) -> None:
+    def _lock(self, msg: StoredMessage, holder: int, locked_until: int, track: bool = True) -> None:
+        """SETTLE-LOCK-001: lock ``msg`` for ``holder`` until ``locked_until``; ``track``
+        puts the deadline in the lock queue (session messages follow their session lock)."""
         token = self.next_lock_token()
-        msg.state = State.LOCKED
+        msg.state = _LOCKED
         msg.lock_token = token
         msg.locked_until = locked_until
         msg.holder = holder
@@ -403,8 +415,11 @@ class MessageStore:
         A lock that expired, was settled, or was lost with its connection is gone
         (SETTLE-LOCK-008, SETTLE-LOCK-009); so is a lock held by someone else.
         """
-        self.tick(now)
+        if now >= self._due:
+            self.tick(now)
         msg = self.locks.get(lock_token)
+        if msg is not None and msg.holder == holder and not self.requires_session:
+            return msg  # the usual case
         if msg is not None and msg.session_id is not None and self.requires_session:
             session = self.sessions[msg.session_id]
             if session.holder != holder or not session.is_locked(now):
@@ -519,7 +534,7 @@ class MessageStore:
             if mode == PEEK_LOCK:
                 msg.deferred = True
                 locked_until = session.locked_until if session is not None else now + self.lock_duration
-                self._lock(msg, now, holder, locked_until, track=session is None)
+                self._lock(msg, holder, locked_until, track=session is None)
                 out.append(Delivery(msg))
             else:
                 out.append(Delivery(msg, State.COMPLETED))
@@ -719,6 +734,8 @@ class MessageStore:
         return True
 
     def _remove(self, msg: StoredMessage, final: State, event: str, keep_bytes: bool = False) -> None:
+        """The copy leaves this store in state ``final``; the entity stops counting its bytes
+        unless it moves on within the entity (``keep_bytes``: to the dead-letter subqueue)."""
         del self.messages[msg.sequence_number]
         msg.state = final
         self.bytes -= msg.size
