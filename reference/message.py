@@ -62,21 +62,15 @@ def _value_size(value: Any) -> int:
 
 
 def message_size(message: Message) -> int:
-    """The model's size of a message in bytes (computed once per message)."""
-    size = message._size
-    if size < 0:
-        size = _measure(message)
-        object.__setattr__(message, "_size", size)
-    return size
-
-
-def _measure(message: Message) -> int:
-    """The model's size of a message in bytes.
+    """The model's size of a message in bytes, measured once per message (then kept on it).
 
     Body, plus every string property and application property (key and value), plus a
     fixed overhead. It is not the AMQP-encoded size, but it grows the same way: moving a
     property under another name, or adding one, makes the message larger (PAIR-SIZE-001).
     """
+    size = message._size
+    if size >= 0:
+        return size
     strings = (
         message.message_id,
         message.session_id,
@@ -101,6 +95,7 @@ def _measure(message: Message) -> int:
     if message.application_properties:
         for key, value in message.application_properties.items():
             size += len(key.encode("utf-8")) + _value_size(value)
+    object.__setattr__(message, "_size", size)
     return size
 
 

@@ -347,15 +347,19 @@ class MessageStore:
             locked_until = now + self.lock_duration
         out: list[Delivery] = []
         messages = self.messages
-        peek_lock = mode == PEEK_LOCK
-        while len(out) < max_count:
-            msg = lane.pop_head(messages)
-            if msg is None:
-                break
-            if peek_lock:
-                self._lock(msg, holder, locked_until, track=lane is self.lane)
+        if mode == PEEK_LOCK:
+            track = lane is self.lane
+            for _ in range(max_count):
+                msg = lane.pop_head(messages)
+                if msg is None:
+                    break
+                self._lock(msg, holder, locked_until, track)
                 out.append(Delivery(msg))
-            else:
+        else:
+            for _ in range(max_count):
+                msg = lane.pop_head(messages)
+                if msg is None:
+                    break
                 out.append(Delivery(msg, State.COMPLETED))
                 self._remove(msg, State.COMPLETED, "consumed")
         return out
