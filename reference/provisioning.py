@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .entity import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription, Entity, Queue, Subscription, Topic
+from .description import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription
+from .entity import Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
 from .paths import SUBSCRIPTIONS, parse
