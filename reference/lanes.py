@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from .message import State, StoredMessage
+from .message import ACTIVE, StoredMessage
 
 
 class Lane:
@@ -59,7 +59,7 @@ class Lane:
             else:
                 return None
             msg = messages.get(seq)
-            if msg is not None and msg.state is State.ACTIVE:
+            if msg is not None and msg.state is ACTIVE:
                 return msg
             if source is fresh:
                 fresh.popleft()
@@ -77,7 +77,7 @@ class Lane:
             else:
                 return None
             msg = messages.get(seq)
-            if msg is not None and msg.state is State.ACTIVE:
+            if msg is not None and msg.state is ACTIVE:
                 self.available -= 1
                 return msg
 

@@ -34,7 +34,7 @@ from .clock import NEVER, TIMESPAN_MAX
 from .dedup import DuplicateDetection
 from .entity import PING_CONTENT_TYPE, Entity, EntityDescription, FanOut, effective_time_to_live, expiry
 from .errors import ErrorCode, ServiceBusError
-from .message import Message, State, StoredMessage
+from .message import ACTIVE, Message, State, StoredMessage
 # Numbering, keys and the partitioned store, re-exported: callers import them from here.
 from .partitions import (
     MAX_PARTITIONED_ENTITIES,
@@ -299,7 +299,10 @@ class PartitionedQueue(PartitionedEntity):
         self.bytes += size
         if now >= store._due:
             store.tick(now)
-        store.enqueue(self.stored(message, seq, now, size, index))
+        if message.time_to_live is None and self.description.default_message_time_to_live >= TIMESPAN_MAX:
+            store.enqueue(StoredMessage(message, seq, now, NEVER, size, ACTIVE, 0, index))  # never expires: the usual case
+        else:
+            store.enqueue(self.stored(message, seq, now, size, index))
 
 
 class PartitionedSubscription:

@@ -153,49 +153,55 @@ class PartitionedStore:
             if session_id is None:
                 return self.partitions[0].receive(now, holder, max_count, mode, None)  # the usual error
             return self._by_session(session_id).receive(now, holder, max_count, mode, session_id)
+        if choose is None:
+            return self._take_in_turn(now, holder, max_count, mode)
         out: list[Delivery] = []
         while len(out) < max_count:
-            if choose is None:
-                got = self._take_in_turn(now, holder, mode)
-                if got is None:
-                    break
-                out.append(got)
-                continue
-            else:
-                allowed = self.allowed_heads(now)
-                if not allowed:
-                    break
-                index = choose(allowed)
-                if index not in allowed:
-                    raise ValueError(f"choose() picked partition {index}, not among the allowed {allowed}")
+            allowed = self.allowed_heads(now)
+            if not allowed:
+                break
+            index = choose(allowed)
+            if index not in allowed:
+                raise ValueError(f"choose() picked partition {index}, not among the allowed {allowed}")
             out.extend(self.partitions[index].receive(now, holder, 1, mode))
             self.turn = (index + 1) % len(self.partitions)
         return out
 
-    def _take_in_turn(self, now: int, holder: int, mode: str) -> Delivery | None:
-        """The reference's own answer: the first available partition with a message
-        ready answers, starting from the one whose turn it is."""
+    def _take_in_turn(self, now: int, holder: int, max_count: int, mode: str) -> list[Delivery]:
+        """The reference's own answer: for each message, the first available partition
+        with a message ready answers, starting from the one whose turn it is."""
         partitions = self.partitions
         n = len(partitions)
         available = self.owner.available
-        turn = self.turn
-        for step in range(n):
-            index = (turn + step) % n
-            store = partitions[index]
-            if not available[index]:
-                continue
-            if now >= store._due:
-                store.tick(now)
-            if store.lane.available:
-                got = store.receive(now, holder, 1, mode)
-                if got:
-                    self.turn = (index + 1) % n
-                    return got[0]
-        return None
+        out: list[Delivery] = []
+        for _ in range(max_count):
+            turn = self.turn
+            for step in range(n):
+                index = turn + step
+                if index >= n:
+                    index -= n
+                store = partitions[index]
+                if not available[index]:
+                    continue
+                if now >= store._due:
+                    store.tick(now)
+                if store.lane.available:
+                    got = store.receive(now, holder, 1, mode)
+                    if got:
+                        self.turn = index + 1 if index + 1 < n else 0
+                        out.append(got[0])
+                        break
+            else:
+                break  # no partition has a message ready
+        return out
 
     # -- settlement
     def complete(self, now: int, holder: int, lock_token: int) -> None:
-        self._by_token(lock_token).complete(now, holder, lock_token)
+        index = lock_token % TOKEN_STRIDE
+        if index < len(self.partitions) and self.owner.available[index]:
+            self.partitions[index].complete(now, holder, lock_token)  # _by_token's usual answer
+        else:
+            self._by_token(lock_token).complete(now, holder, lock_token)
 
     def abandon(self, now: int, holder: int, lock_token: int) -> None:
         self._by_token(lock_token).abandon(now, holder, lock_token)

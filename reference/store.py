@@ -33,7 +33,7 @@ from .deadletter import DeadLettering
 from .deferral import Deferral
 from .errors import ErrorCode, ServiceBusError
 from .lanes import Lane
-from .message import MAX_DELIVERY_COUNT_EXCEEDED, Delivery, Message, State, StoredMessage
+from .message import ACTIVE, COMPLETED, LOCKED, MAX_DELIVERY_COUNT_EXCEEDED, Delivery, Message, State, StoredMessage
 from .operations import PEEK_LOCK, RECEIVE_AND_DELETE  # noqa: F401 (re-exported: callers import the modes from here)
 from .sessions import Session, SessionLocks
 
@@ -41,8 +41,6 @@ from .sessions import Session, SessionLocks
 #: transitions: "enqueued", "locked", "released", "completed", "deferred",
 #: "dead-lettered", "expired", "consumed".
 Observer = Callable[[str, str, StoredMessage], None]
-
-_LOCKED = State.LOCKED  # a module constant: read on every receive
 
 
 class MessageStore(SessionLocks, Deferral, DeadLettering):
@@ -149,7 +147,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             else:
                 expires_at, seq = heapq.heappop(expiries)
                 msg = self.messages.get(seq)
-                if msg is not None and msg.state is State.ACTIVE and msg.expires_at == expires_at:
+                if msg is not None and msg.state is ACTIVE and msg.expires_at == expires_at:
                     self._lane_for(msg).available -= 1
                     self._expire(msg, expires_at)
 
@@ -267,8 +265,8 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                 msg = lane.pop_head(messages)
                 if msg is None:
                     break
-                out.append(Delivery(msg, State.COMPLETED))
-                self._remove(msg, State.COMPLETED, "consumed")
+                out.append(Delivery(msg, COMPLETED))
+                self._remove(msg, COMPLETED, "consumed")
         return out
 
     def available_head(self, now: int) -> StoredMessage | None:
@@ -288,7 +286,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         """SETTLE-LOCK-001: lock ``msg`` for ``holder`` until ``locked_until``; ``track``
         puts the deadline in the lock queue (session messages follow their session lock)."""
         token = self.next_lock_token()
-        msg.state = _LOCKED
+        msg.state = LOCKED
         msg.lock_token = token
         msg.locked_until = locked_until
         msg.holder = holder
@@ -336,7 +334,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         """SETTLE-COMP-001: the message is removed."""
         msg = self.locked_message(now, holder, lock_token)
         self._unlock(msg)
-        self._remove(msg, State.COMPLETED, "completed")
+        self._remove(msg, COMPLETED, "completed")
 
     def abandon(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-ABAN-001: released at once, as a failed delivery."""
@@ -427,7 +425,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         if not self.is_dead_letter and msg.expires_at <= now:
             self._expire(msg, now)  # SETTLE-TTL-004: expiry takes effect when the lock ends
             return
-        msg.state = State.ACTIVE
+        msg.state = ACTIVE
         self._lane_for(msg).push(msg.sequence_number)
         if self.observer is not None:
             self.observer(self.path, "released", msg)
