@@ -2,6 +2,20 @@
 
 Pure Python, standard library only, no I/O, no randomness: an executable reading of
 the documentation, used as the oracle for every target. Start with ``Namespace``.
+
+Modules, one concept (one state machine) each:
+
+- ``namespace``: the front door (connections, operations, time, paths); ``provisioning``
+  its management half (entities, subscriptions, rules, partition faults);
+- ``description``: entity descriptions, their limits and validation; ``entity``: queues,
+  topics and subscriptions (the sending side); ``dedup``: duplicate detection;
+- ``store``: the settlement state machine (receive, lock, settle, release, time), with its
+  parts ``lanes`` (FIFOs), ``sessions`` (session locks and state), ``deferral`` and
+  ``deadletter`` (dead-lettering and expiry); ``operations``: receive modes, settlements by name;
+- ``partitioning``: partitioned entities (the sending side); ``partitions``: numbering,
+  keys and ``PartitionedStore``;
+- ``rules``: subscription rules; ``sqlparse`` reads and ``sqlfilter`` evaluates the SQL language;
+- ``message``, ``clock``, ``errors``, ``paths``, ``tiers``, ``transactions``, ``paired``.
 """
 
 from .clock import DAY, HOUR, MINUTE, NEVER, SECOND, TIMESPAN_MAX, INT_MAX, Clock, VirtualClock, seconds

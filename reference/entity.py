@@ -1,26 +1,34 @@
-"""Entities: queues, topics and subscriptions, and their descriptions.
+"""Entities: queues, topics and subscriptions.
 
 An entity is what a sender addresses. It assigns sequence numbers, applies duplicate
 detection, size limits and quota, holds scheduled messages until their time, and
 hands accepted messages to its store(s): a queue to its own, a topic a copy to each
-subscription. Settlement lives in ``store.MessageStore``.
+subscription. Descriptions live in ``description``; settlement in ``store.MessageStore``.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable
 
-from .clock import DAY, MINUTE, NEVER, SECOND, TIMESPAN_MAX
+from .clock import NEVER, TIMESPAN_MAX
 from .dedup import DuplicateDetection
+# Descriptions and their limits, re-exported: callers import them from here.
+from .description import (  # noqa: F401
+    KB,
+    KIND_FIELDS,
+    MAX_NAME_LENGTH,
+    MAX_PATH_LENGTH,
+    MAX_SUBSCRIPTIONS_PER_TOPIC,
+    MB,
+    EntityDescription,
+    effective_time_to_live,
+    expiry,
+)
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message, State, StoredMessage, message_size
 from .rules import RuleSet, route
 from .store import MessageStore
-
-KB = 1024
-MB = 1024 * KB
 
 #: Content type of the paired-namespace ping (PAIR-PING-001).
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
@@ -30,110 +38,9 @@ PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 #: same 128): SETTLE-SEND-008.
 MAX_ID_LENGTH = 128
 
-#: Subscriptions per topic, entity path and subscription name lengths (service-bus-quotas): SETTLE-ENT-002.
-MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
-MAX_PATH_LENGTH = 260
-MAX_NAME_LENGTH = 50
-
 #: A message forwarded through more entities than this is dead-lettered instead.
 MAX_TRANSFER_HOPS = 4
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
-
-
-@dataclass(frozen=True, slots=True)
-class EntityDescription:
-    """Properties of a queue, topic or subscription (QueueDescription defaults).
-
-    Durations are model milliseconds; ``TIMESPAN_MAX`` means "never".
-    """
-
-    lock_duration: int = 1 * MINUTE
-    max_delivery_count: int = 10
-    default_message_time_to_live: int = TIMESPAN_MAX
-    dead_lettering_on_message_expiration: bool = False
-    requires_duplicate_detection: bool = False
-    duplicate_detection_history_time_window: int = 10 * MINUTE
-    requires_session: bool = False
-    max_size_in_megabytes: int = 1024
-    max_message_size: int = 256 * KB
-    enable_batched_operations: bool = True
-    auto_delete_on_idle: int = TIMESPAN_MAX
-    enable_partitioning: bool = False
-    forward_to: str | None = None
-    forward_dead_lettered_messages_to: str | None = None
-    #: Subscriptions: a rule that fails to evaluate dead-letters the message (RULES-DLQ-001).
-    dead_lettering_on_filter_evaluation_exceptions: bool = True
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-    def with_changes(self, **changes: Any) -> "EntityDescription":
-        unknown = set(changes) - set(self.field_names())
-        if unknown:
-            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown entity properties: {sorted(unknown)}")
-        return replace(self, **changes)
-
-    def validate(self, kind: str) -> "EntityDescription":
-        """Reject descriptions Service Bus would refuse (SETTLE-ENT-001..003)."""
-        problems = []
-        own = KIND_FIELDS.get(kind)
-        if own is not None:  # SETTLE-ENT-003: a property of another kind of entity, set on this one
-            defaults = _DEFAULT_DESCRIPTION
-            foreign = [f for f in self.field_names() if f not in own and getattr(self, f) != getattr(defaults, f)]
-            if foreign:
-                problems.append(f"a {kind} has no {', '.join(foreign)}")
-        if not 0 < self.lock_duration <= 5 * MINUTE:
-            problems.append(f"lock_duration must be in (0, 5 minutes], got {self.lock_duration} ms")
-        if self.max_delivery_count < 1:
-            problems.append(f"max_delivery_count must be at least 1, got {self.max_delivery_count}")
-        if self.default_message_time_to_live <= 0:
-            problems.append("default_message_time_to_live must be positive")
-        if self.requires_duplicate_detection and not (
-            20 * SECOND <= self.duplicate_detection_history_time_window <= 7 * DAY
-        ):
-            problems.append(
-                "duplicate_detection_history_time_window must be between 20 seconds and 7 days, "
-                f"got {self.duplicate_detection_history_time_window} ms"
-            )
-        if self.max_size_in_megabytes <= 0:
-            problems.append("max_size_in_megabytes must be positive")
-        if self.auto_delete_on_idle < 5 * MINUTE:  # SETTLE-ENT-002
-            problems.append(f"auto_delete_on_idle must be at least 5 minutes, got {self.auto_delete_on_idle} ms")
-        if problems:
-            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"invalid {kind} description: " + "; ".join(problems))
-        return self
-
-
-#: The properties each kind of entity has (CreateQueueOptions, CreateTopicOptions,
-#: CreateSubscriptionOptions): SETTLE-ENT-003. The rest must keep their defaults.
-KIND_FIELDS = {
-    "queue": frozenset(EntityDescription.field_names()),
-    "topic": frozenset({
-        "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
-        "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning",
-    }),
-    "subscription": frozenset({
-        "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
-        "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
-        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions",
-    }),
-}
-_DEFAULT_DESCRIPTION = EntityDescription()
-
-
-def effective_time_to_live(message_ttl: int | None, *ceilings: int) -> int:
-    """SETTLE-TTL-001: the entity default is both the default and a ceiling."""
-    ttl = message_ttl if message_ttl is not None else TIMESPAN_MAX
-    for ceiling in ceilings:
-        if ceiling < ttl:
-            ttl = ceiling
-    return ttl
-
-
-def expiry(enqueued_time: int, ttl: int) -> int:
-    return NEVER if ttl >= TIMESPAN_MAX else enqueued_time + ttl
 
 
 class Entity:
@@ -161,6 +68,9 @@ class Entity:
         self.bytes = 0  # held by this entity, for the quota (SETTLE-SEND-005)
         self.max_bytes = description.max_size_in_megabytes * MB
         self.stores: list[MessageStore] = []
+        #: A queue that requires sessions takes only messages with a SessionId; chosen at
+        #: creation only (PART-CREATE-002). A topic takes any (its subscriptions decide).
+        self.sends_need_session_id = self.kind == "queue" and description.requires_session
         #: Set by the namespace: delivers a message to another entity (auto-forwarding).
         self.router: Callable[[str, Message, int], None] | None = None
 
@@ -190,18 +100,20 @@ class Entity:
 
     # ---------------------------------------------------------------- send
 
+    def check_one(self, m: Message, now: int) -> int:
+        """``check`` for a single message, without lists: its size, once it fits every limit."""
+        size = message_size(m)
+        if size <= self.description.max_message_size and self.bytes + size <= self.max_bytes and (
+            m.session_id is not None or not self.sends_need_session_id
+        ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
+            m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
+        ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
+            return size
+        return self.check([m], now)[0]  # raises the error that applies
+
     def check(self, messages: list[Message], now: int) -> list[int]:
         """Everything that may reject a send, before anything is accepted (all or none)."""
         d = self.description
-        if len(messages) == 1:
-            m = messages[0]
-            size = message_size(m)
-            if size <= d.max_message_size and self.bytes + size <= self.max_bytes and (
-                m.session_id is not None or not self.requires_session_on_send()
-            ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
-                m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
-            ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
-                return [size]
         for m in messages:  # SETTLE-SEND-008
             for name, value in (("MessageId", m.message_id), ("SessionId", m.session_id), ("PartitionKey", m.partition_key)):
                 if value is not None and len(value) > MAX_ID_LENGTH:
@@ -225,7 +137,7 @@ class Entity:
                 f"The batch of {total} bytes exceeds the maximum message size of {d.max_message_size} bytes.",
                 transient=False,
             )
-        if self.requires_session_on_send():
+        if self.sends_need_session_id:
             for m in messages:
                 if m.session_id is None:
                     raise ServiceBusError(
@@ -242,9 +154,6 @@ class Entity:
             )
         return sizes
 
-    def requires_session_on_send(self) -> bool:
-        return False
-
     def accept(self, messages: list[Message], now: int) -> list[int | None]:
         """SETTLE-SEND-001: accept a message or a batch; returns sequence numbers.
 
@@ -252,7 +161,16 @@ class Entity:
         """
         if self.schedule_order:
             self.tick(now)
-        sizes = self.check(messages, now)
+        if len(messages) == 1:
+            message = messages[0]
+            size = self.check_one(message, now)
+            if self.duplicates is None and message.scheduled_enqueue_time is None:  # the usual send
+                self.last_sequence_number = seq = self.last_sequence_number + 1
+                self.deliver(message, seq, now, size)
+                return [seq]
+            sizes = [size]
+        else:
+            sizes = self.check(messages, now)
         out: list[int | None] = []
         duplicates = self.duplicates
         for message, size in zip(messages, sizes):
@@ -462,9 +380,6 @@ class Queue(Entity):
     def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int]) -> None:
         super().__init__(path, description, next_lock_token)
         self.store = self._new_store(path, description)
-
-    def requires_session_on_send(self) -> bool:
-        return self.description.requires_session
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
         if message.content_type == PING_CONTENT_TYPE:

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: Receive modes (SETTLE-RECV-001): a peek-lock receive locks what it hands over; a
+#: receive-and-delete receive settles it as it goes.
+PEEK_LOCK = "peek-lock"
+RECEIVE_AND_DELETE = "receive-and-delete"
+
 #: trace operation -> method name
 SETTLEMENTS = {
     "complete": "complete",      # SETTLE-COMP-001

@@ -26,23 +26,16 @@ import bisect
 import heapq
 import itertools
 from collections import deque
-from typing import Callable, Iterable
+from typing import Callable
 
 from .clock import NEVER
+from .deadletter import DeadLettering
+from .deferral import Deferral
 from .errors import ErrorCode, ServiceBusError
-from .message import (
-    DEAD_LETTER_ERROR_DESCRIPTION,
-    DEAD_LETTER_REASON,
-    MAX_DELIVERY_COUNT_EXCEEDED,
-    Message,
-    TTL_EXPIRED,
-    Delivery,
-    State,
-    StoredMessage,
-)
-
-PEEK_LOCK = "peek-lock"
-RECEIVE_AND_DELETE = "receive-and-delete"
+from .lanes import Lane
+from .message import ACTIVE, COMPLETED, LOCKED, MAX_DELIVERY_COUNT_EXCEEDED, Delivery, Message, State, StoredMessage
+from .operations import PEEK_LOCK, RECEIVE_AND_DELETE  # noqa: F401 (re-exported: callers import the modes from here)
+from .sessions import Session, SessionLocks
 
 #: Observer signature: (store path, event, message record). Events are the names of the
 #: transitions: "enqueued", "locked", "released", "completed", "deferred",
@@ -50,99 +43,13 @@ RECEIVE_AND_DELETE = "receive-and-delete"
 Observer = Callable[[str, str, StoredMessage], None]
 
 
-class Lane:
-    """The available messages of one FIFO, in sequence-number order.
+class MessageStore(SessionLocks, Deferral, DeadLettering):
+    """One queue or subscription (or its dead-letter subqueue) and its settlement rules.
 
-    New messages arrive with increasing sequence numbers and go to the back of
-    ``fresh``; a message released back (abandon, lock expiry) goes into ``returned``, a
-    heap, and so comes before every newer message (SETTLE-LOCK-006). Entries may be
-    stale (a message expired from the middle): ``head`` skips them.
-    """
-
-    __slots__ = ("fresh", "returned", "available")
-
-    def __init__(self) -> None:
-        self.fresh: deque[int] = deque()
-        self.returned: list[int] = []
-        self.available = 0
-
-    def _copy_into(self, other: "Lane") -> "Lane":
-        other.fresh = deque(self.fresh)
-        other.returned = list(self.returned)
-        other.available = self.available
-        return other
-
-    def clone(self) -> "Lane":
-        return self._copy_into(Lane())
-
-    def push(self, seq: int) -> None:
-        fresh = self.fresh
-        if not fresh or seq > fresh[-1]:
-            fresh.append(seq)
-        else:
-            heapq.heappush(self.returned, seq)
-        self.available += 1
-
-    def head(self, messages: dict[int, StoredMessage]) -> StoredMessage | None:
-        """The oldest available message, dropping stale entries on the way."""
-        fresh, returned = self.fresh, self.returned
-        while True:
-            if returned and (not fresh or returned[0] < fresh[0]):
-                seq = returned[0]
-                source = returned
-            elif fresh:
-                seq = fresh[0]
-                source = fresh
-            else:
-                return None
-            msg = messages.get(seq)
-            if msg is not None and msg.state is State.ACTIVE:
-                return msg
-            if source is fresh:
-                fresh.popleft()
-            else:
-                heapq.heappop(returned)
-
-    def pop_head(self, messages: dict[int, StoredMessage]) -> StoredMessage | None:
-        """Take the oldest available message out of the lane."""
-        fresh, returned = self.fresh, self.returned
-        while True:
-            if returned and (not fresh or returned[0] < fresh[0]):
-                seq = heapq.heappop(returned)
-            elif fresh:
-                seq = fresh.popleft()
-            else:
-                return None
-            msg = messages.get(seq)
-            if msg is not None and msg.state is State.ACTIVE:
-                self.available -= 1
-                return msg
-
-
-class Session(Lane):
-    """A session: its own FIFO, its session lock and its session state (SETTLE-SESS-*)."""
-
-    __slots__ = ("session_id", "holder", "locked_until", "state", "members")
-
-    def __init__(self, session_id: str) -> None:
-        super().__init__()
-        self.session_id = session_id
-        self.holder: int | None = None
-        self.locked_until = 0
-        self.state: bytes | None = None
-        self.members = 0  # live messages of this session in the store
-
-    def is_locked(self, now: int) -> bool:
-        return self.holder is not None and now < self.locked_until
-
-    def clone(self) -> "Session":
-        other = self._copy_into(Session(self.session_id))
-        other.holder, other.locked_until, other.state, other.members = self.holder, self.locked_until, self.state, self.members
-        return other
-
-
-class MessageStore:
-    """One queue or subscription (or its dead-letter subqueue) and its settlement rules."""
+    Its parts, each a state machine of its own: the lanes of available messages
+    (``lanes``), session locks and state (``sessions``), deferral (``deferral``) and
+    dead-lettering and expiry (``deadletter``); this module holds the lock cycle
+    itself (receive, lock, settle, release) and time."""
 
     def __init__(
         self,
@@ -240,7 +147,7 @@ class MessageStore:
             else:
                 expires_at, seq = heapq.heappop(expiries)
                 msg = self.messages.get(seq)
-                if msg is not None and msg.state is State.ACTIVE and msg.expires_at == expires_at:
+                if msg is not None and msg.state is ACTIVE and msg.expires_at == expires_at:
                     self._lane_for(msg).available -= 1
                     self._expire(msg, expires_at)
 
@@ -284,11 +191,19 @@ class MessageStore:
         seq = msg.sequence_number
         self.messages[seq] = msg
         self.bytes += msg.size
-        lane = self._lane_for(msg, create=True)
-        lane.push(seq)
-        if lane is not self.lane:
-            lane.members += 1
-        if not self.is_dead_letter and msg.expires_at < NEVER:
+        if self.requires_session:
+            session = self._lane_for(msg, create=True)
+            session.push(seq)
+            session.members += 1
+        else:
+            lane = self.lane
+            fresh = lane.fresh
+            if not fresh or seq > fresh[-1]:
+                fresh.append(seq)  # Lane.push, its usual case: the newest message goes last
+                lane.available += 1
+            else:
+                lane.push(seq)
+        if msg.expires_at < NEVER and not self.is_dead_letter:
             heapq.heappush(self.expiries, (msg.expires_at, seq))
             if msg.expires_at < self._due:
                 self._due = msg.expires_at
@@ -322,9 +237,11 @@ class MessageStore:
         Peek-lock locks each for the store's lock duration on behalf of ``holder``
         (SETTLE-LOCK-001/002); receive-and-delete settles each as it goes (SETTLE-RECV-001).
         """
-        self.tick(now)
+        if now >= self._due:
+            self.tick(now)
         if self.requires_session:
             lane = self._held_session(now, holder, session_id)
+            locked_until = lane.locked_until  # a session message's lock is the session lock (SETTLE-SESS-003)
         else:
             if session_id is not None:
                 raise ServiceBusError(
@@ -332,22 +249,24 @@ class MessageStore:
                     "A sessionful message receiver cannot be created on an entity that does not require sessions.",
                 )
             lane = self.lane
+            locked_until = now + self.lock_duration
         out: list[Delivery] = []
         messages = self.messages
-        peek_lock = mode == PEEK_LOCK
-        while len(out) < max_count:
-            msg = lane.pop_head(messages)
-            if msg is None:
-                break
-            if peek_lock:
-                if lane is self.lane:
-                    self._lock(msg, now, holder, now + self.lock_duration)
-                else:  # a session message: its lock is the session lock (SETTLE-SESS-003)
-                    self._lock(msg, now, holder, lane.locked_until, track=False)
+        if mode == PEEK_LOCK:
+            track = lane is self.lane
+            for _ in range(max_count):
+                msg = lane.pop_head(messages)
+                if msg is None:
+                    break
+                self._lock(msg, holder, locked_until, track)
                 out.append(Delivery(msg))
-            else:
-                out.append(Delivery(msg, State.COMPLETED))
-                self._remove(msg, State.COMPLETED, "consumed")
+        else:
+            for _ in range(max_count):
+                msg = lane.pop_head(messages)
+                if msg is None:
+                    break
+                out.append(Delivery(msg, COMPLETED))
+                self._remove(msg, COMPLETED, "consumed")
         return out
 
     def available_head(self, now: int) -> StoredMessage | None:
@@ -363,9 +282,11 @@ class MessageStore:
         if self.dead_letter_queue is not None:
             self.dead_letter_queue.set_description(lock_duration, max_delivery_count, False)
 
-    def _lock(self, msg: StoredMessage, now: int, holder: int, locked_until: int, track: bool = True) -> None:
+    def _lock(self, msg: StoredMessage, holder: int, locked_until: int, track: bool = True) -> None:
+        """SETTLE-LOCK-001: lock ``msg`` for ``holder`` until ``locked_until``; ``track``
+        puts the deadline in the lock queue (session messages follow their session lock)."""
         token = self.next_lock_token()
-        msg.state = State.LOCKED
+        msg.state = LOCKED
         msg.lock_token = token
         msg.locked_until = locked_until
         msg.holder = holder
@@ -381,20 +302,6 @@ class MessageStore:
         if self.observer is not None:
             self.observer(self.path, "locked", msg)
 
-    def _held_session(self, now: int, holder: int, session_id: str | None) -> Session:
-        if session_id is None:
-            raise ServiceBusError(
-                ErrorCode.INVALID_OPERATION,
-                "It is not possible for an entity that requires sessions to create a non-sessionful message receiver.",
-            )
-        session = self.sessions.get(session_id)
-        if session is None or session.holder != holder or not session.is_locked(now):
-            raise ServiceBusError(
-                ErrorCode.SESSION_LOCK_LOST,
-                f"The session lock on session '{session_id}' is not held by this receiver or has expired.",
-            )
-        return session
-
     # ---------------------------------------------------------- settlement
 
     def locked_message(self, now: int, holder: int, lock_token: int) -> StoredMessage:
@@ -403,8 +310,11 @@ class MessageStore:
         A lock that expired, was settled, or was lost with its connection is gone
         (SETTLE-LOCK-008, SETTLE-LOCK-009); so is a lock held by someone else.
         """
-        self.tick(now)
+        if now >= self._due:
+            self.tick(now)
         msg = self.locks.get(lock_token)
+        if msg is not None and msg.holder == holder and not self.requires_session:
+            return msg  # the usual case
         if msg is not None and msg.session_id is not None and self.requires_session:
             session = self.sessions[msg.session_id]
             if session.holder != holder or not session.is_locked(now):
@@ -424,7 +334,7 @@ class MessageStore:
         """SETTLE-COMP-001: the message is removed."""
         msg = self.locked_message(now, holder, lock_token)
         self._unlock(msg)
-        self._remove(msg, State.COMPLETED, "completed")
+        self._remove(msg, COMPLETED, "completed")
 
     def abandon(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-ABAN-001: released at once, as a failed delivery."""
@@ -438,29 +348,6 @@ class MessageStore:
         msg = self.locked_message(now, holder, lock_token)
         self._release(msg, now, failed=False)
 
-    def defer(self, now: int, holder: int, lock_token: int) -> None:
-        """SETTLE-DEFR-001: set aside; receivable only by sequence number."""
-        msg = self.locked_message(now, holder, lock_token)
-        self._unlock(msg)
-        self._set_deferred(msg)
-
-    def dead_letter(
-        self,
-        now: int,
-        holder: int,
-        lock_token: int,
-        reason: str | None = None,
-        description: str | None = None,
-    ) -> None:
-        """SETTLE-DLQ-002: moved to the dead-letter subqueue with reason and description."""
-        if self.is_dead_letter:
-            self.locked_message(now, holder, lock_token)
-            raise ServiceBusError(
-                ErrorCode.INVALID_OPERATION, "A message cannot be dead-lettered from the dead-letter queue."
-            )
-        msg = self.locked_message(now, holder, lock_token)
-        self._unlock(msg)
-        self._to_dead_letter(msg, now, reason, description)
 
     def renew_lock(self, now: int, holder: int, lock_token: int) -> int:
         """SETTLE-LOCK-004: the holder extends the lock by the lock duration, from now."""
@@ -474,57 +361,6 @@ class MessageStore:
         self._add_deadline(self.lock_deadlines, msg.locked_until, lock_token)
         return msg.locked_until
 
-    # ------------------------------------------------------------- deferred
-
-    def receive_deferred(
-        self,
-        now: int,
-        holder: int,
-        sequence_numbers: Iterable[int],
-        mode: str,
-        session_id: str | None = None,
-    ) -> list[Delivery]:
-        """SETTLE-DEFR-002: receive deferred messages by sequence number, all or none.
-
-        SETTLE-DEFR-005: a deferred message is not moved when its time to live passes
-        (SETTLE-DEFR-004), but once it is asked for after its expiry it expires then
-        (dead-lettered with TTLExpiredException when the entity dead-letters on
-        expiration, else dropped), and the request fails: it is not returned."""
-        self.tick(now)
-        session = self._held_session(now, holder, session_id) if self.requires_session else None
-        wanted = list(sequence_numbers)
-        expired = [
-            msg for msg in (self.messages.get(seq) for seq in wanted)
-            if msg is not None and msg.state is State.DEFERRED and msg.expires_at <= now
-            and (session is None or msg.session_id == session.session_id)
-        ]
-        for msg in expired:
-            self.deferred_count -= 1
-            self._expire(msg, now)
-        found = []
-        for seq in wanted:
-            msg = self.messages.get(seq)
-            if msg is None or msg.state is not State.DEFERRED or (
-                session is not None and msg.session_id != session.session_id
-            ):
-                raise ServiceBusError(
-                    ErrorCode.MESSAGE_NOT_FOUND,
-                    f"Failed to retrieve the deferred message with sequence number {seq}: "
-                    "it does not exist, is not deferred, or is locked.",
-                )
-            found.append(msg)
-        out = []
-        for msg in found:
-            self.deferred_count -= 1
-            if mode == PEEK_LOCK:
-                msg.deferred = True
-                locked_until = session.locked_until if session is not None else now + self.lock_duration
-                self._lock(msg, now, holder, locked_until, track=session is None)
-                out.append(Delivery(msg))
-            else:
-                out.append(Delivery(msg, State.COMPLETED))
-                self._remove(msg, State.COMPLETED, "consumed")
-        return out
 
     # ---------------------------------------------------------------- peek
 
@@ -539,79 +375,6 @@ class MessageStore:
         chosen = heapq.nsmallest(max_count, seqs) if len(seqs) > max_count else sorted(seqs)
         return [Delivery(self.messages[seq]) for seq in chosen]
 
-    # ------------------------------------------------------------ sessions
-
-    def accept_session(self, now: int, holder: int, session_id: str) -> Session:
-        """SETTLE-SESS-002: take the exclusive lock on a named session."""
-        self.tick(now)
-        session = self.sessions.get(session_id)
-        if session is None:
-            session = self.sessions[session_id] = Session(session_id)
-        if session.is_locked(now):
-            raise ServiceBusError(
-                ErrorCode.SESSION_CANNOT_BE_LOCKED,
-                f"The requested session '{session_id}' cannot be accepted. It may be locked by another receiver.",
-            )
-        session.holder = holder
-        session.locked_until = now + self.lock_duration
-        self._add_deadline(self.session_deadlines, session.locked_until, session_id)
-        return session
-
-    def available_sessions(self, now: int) -> list[str]:
-        """Sessions a next-available accept may lock: unlocked, with a message ready.
-
-        Which one the broker picks is not documented; every member is allowed
-        (SETTLE-SESS-004). Listed oldest head message first.
-        """
-        self.tick(now)
-        ready = []
-        for sid, session in self.sessions.items():
-            if session.available and not session.is_locked(now):
-                head = session.head(self.messages)
-                if head is not None:
-                    ready.append((head.sequence_number, sid))
-        return [sid for _, sid in sorted(ready)]
-
-    def renew_session_lock(self, now: int, holder: int, session_id: str) -> int:
-        """SETTLE-SESS-006."""
-        session = self._held_session_after_tick(now, holder, session_id)
-        session.locked_until = now + self.lock_duration
-        self._add_deadline(self.session_deadlines, session.locked_until, session_id)
-        for msg in self.locks.values():
-            if msg.session_id == session_id:
-                msg.locked_until = session.locked_until
-        return session.locked_until
-
-    def release_session(self, now: int, holder: int, session_id: str) -> None:
-        """Closing a session receiver: unsettled messages return without counting a delivery."""
-        session = self._held_session_after_tick(now, holder, session_id)
-        self._drop_session_lock(session, now, failed=False)
-
-    def get_session_state(self, now: int, holder: int, session_id: str) -> bytes | None:
-        return self._held_session_after_tick(now, holder, session_id).state
-
-    def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None) -> None:
-        """SETTLE-SESS-005: the state outlives the session lock, until set to empty."""
-        self._held_session_after_tick(now, holder, session_id).state = state or None
-
-    def _held_session_after_tick(self, now: int, holder: int, session_id: str) -> Session:
-        self.tick(now)
-        return self._held_session(now, holder, session_id)
-
-    def _drop_session_lock(self, session: Session, now: int, failed: bool) -> None:
-        session.holder = None
-        for msg in [m for m in self.locks.values() if m.session_id == session.session_id]:
-            self._release(msg, now, failed=failed)
-        self._forget_idle_session(session.session_id, 0)
-
-    def _forget_idle_session(self, session_id: str, change: int) -> None:
-        """Keep a session's record only while it has messages, a lock or a state."""
-        session = self.sessions.get(session_id)
-        if session is None:
-            return
-        session.members += change
-        if session.members <= 0 and session.holder is None and session.state is None:
-            del self.sessions[session_id]
 
     # ---------------------------------------------------------- connections
 
@@ -662,63 +425,15 @@ class MessageStore:
         if not self.is_dead_letter and msg.expires_at <= now:
             self._expire(msg, now)  # SETTLE-TTL-004: expiry takes effect when the lock ends
             return
-        msg.state = State.ACTIVE
+        msg.state = ACTIVE
         self._lane_for(msg).push(msg.sequence_number)
         if self.observer is not None:
             self.observer(self.path, "released", msg)
 
-    def _set_deferred(self, msg: StoredMessage) -> None:
-        msg.state = State.DEFERRED
-        msg.deferred = False
-        self.deferred_count += 1
-        if self.observer is not None:
-            self.observer(self.path, "deferred", msg)
-
-    def _expire(self, msg: StoredMessage, now: int) -> None:
-        """SETTLE-TTL-002/003: an expired message is dropped or dead-lettered."""
-        if self.dead_lettering_on_message_expiration:
-            self._to_dead_letter(msg, now, TTL_EXPIRED, "The message expired and was dead lettered.", from_lane=True)
-        else:
-            self._remove(msg, State.EXPIRED, "expired")
-
-    def _to_dead_letter(
-        self,
-        msg: StoredMessage,
-        now: int,
-        reason: str | None,
-        description: str | None,
-        from_lane: bool = False,
-    ) -> None:
-        dlq = self.dead_letter_queue
-        if self.forward_dead_letters_to is not None and self.router is not None and self._forward_dead_letter(msg, now, reason, description):
-            self._remove(msg, State.DEAD_LETTERED, "dead-lettered")
-            return
-        self._remove(msg, State.DEAD_LETTERED, "dead-lettered", keep_bytes=dlq is not None)
-        if dlq is None:
-            return
-        copy = StoredMessage(
-            msg.message, msg.sequence_number, msg.enqueued_time, msg.expires_at, msg.size,
-            State.ACTIVE, msg.delivery_count, msg.partition,
-        )
-        copy.dead_letter_reason = reason
-        copy.dead_letter_description = description
-        dlq.enqueue(copy)
-
-    def _forward_dead_letter(self, msg: StoredMessage, now: int, reason: str | None, description: str | None) -> bool:
-        """SETTLE-FWD-002: send a message being dead-lettered to ForwardDeadLetteredMessagesTo, with
-        its dead-letter reason and description as application properties. A refusal keeps it here."""
-        props = dict(msg.message.application_properties)
-        if reason is not None:
-            props[DEAD_LETTER_REASON] = reason
-        if description is not None:
-            props[DEAD_LETTER_ERROR_DESCRIPTION] = description
-        try:
-            self.router(self.forward_dead_letters_to, msg.message.with_changes(application_properties=props), now)
-        except ServiceBusError:
-            return False
-        return True
 
     def _remove(self, msg: StoredMessage, final: State, event: str, keep_bytes: bool = False) -> None:
+        """The copy leaves this store in state ``final``; the entity stops counting its bytes
+        unless it moves on within the entity (``keep_bytes``: to the dead-letter subqueue)."""
         del self.messages[msg.sequence_number]
         msg.state = final
         self.bytes -= msg.size
@@ -738,5 +453,4 @@ class MessageStore:
             "deferred": self.deferred_count,
             "dead_letter": len(self.dead_letter_queue.messages) if self.dead_letter_queue is not None else 0,
         }
-
 

@@ -1,0 +1,79 @@
+"""Dead-lettering and expiry: where a message goes when it leaves a store unsettled.
+
+    LOCKED --dead-letter--> DEAD_LETTERED (a new copy in the dead-letter subqueue, SETTLE-DLQ-*)
+    ACTIVE --time to live passes--> EXPIRED, or DEAD_LETTERED when enabled (SETTLE-TTL-*)
+
+With ForwardDeadLetteredMessagesTo set, the copy goes there instead (SETTLE-FWD-002).
+Mixed into ``store.MessageStore``; it uses the store's messages, locks, lanes and counters.
+"""
+
+from __future__ import annotations
+
+from .errors import ErrorCode, ServiceBusError
+from .message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, TTL_EXPIRED, State, StoredMessage
+
+
+class DeadLettering:
+    """The dead-letter half of a ``MessageStore``."""
+
+    def dead_letter(
+        self,
+        now: int,
+        holder: int,
+        lock_token: int,
+        reason: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """SETTLE-DLQ-002: moved to the dead-letter subqueue with reason and description."""
+        if self.is_dead_letter:
+            self.locked_message(now, holder, lock_token)
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION, "A message cannot be dead-lettered from the dead-letter queue."
+            )
+        msg = self.locked_message(now, holder, lock_token)
+        self._unlock(msg)
+        self._to_dead_letter(msg, now, reason, description)
+
+    def _expire(self, msg: StoredMessage, now: int) -> None:
+        """SETTLE-TTL-002/003: an expired message is dropped or dead-lettered."""
+        if self.dead_lettering_on_message_expiration:
+            self._to_dead_letter(msg, now, TTL_EXPIRED, "The message expired and was dead lettered.", from_lane=True)
+        else:
+            self._remove(msg, State.EXPIRED, "expired")
+
+    def _to_dead_letter(
+        self,
+        msg: StoredMessage,
+        now: int,
+        reason: str | None,
+        description: str | None,
+        from_lane: bool = False,
+    ) -> None:
+        dlq = self.dead_letter_queue
+        if self.forward_dead_letters_to is not None and self.router is not None and self._forward_dead_letter(msg, now, reason, description):
+            self._remove(msg, State.DEAD_LETTERED, "dead-lettered")
+            return
+        self._remove(msg, State.DEAD_LETTERED, "dead-lettered", keep_bytes=dlq is not None)
+        if dlq is None:
+            return
+        copy = StoredMessage(
+            msg.message, msg.sequence_number, msg.enqueued_time, msg.expires_at, msg.size,
+            State.ACTIVE, msg.delivery_count, msg.partition,
+        )
+        copy.dead_letter_reason = reason
+        copy.dead_letter_description = description
+        dlq.enqueue(copy)
+
+    def _forward_dead_letter(self, msg: StoredMessage, now: int, reason: str | None, description: str | None) -> bool:
+        """SETTLE-FWD-002: send a message being dead-lettered to ForwardDeadLetteredMessagesTo, with
+        its dead-letter reason and description as application properties. A refusal keeps it here."""
+        props = dict(msg.message.application_properties)
+        if reason is not None:
+            props[DEAD_LETTER_REASON] = reason
+        if description is not None:
+            props[DEAD_LETTER_ERROR_DESCRIPTION] = description
+        try:
+            self.router(self.forward_dead_letters_to, msg.message.with_changes(application_properties=props), now)
+        except ServiceBusError:
+            return False
+        return True

@@ -1,0 +1,266 @@
+"""Provisioning: creating, updating, describing and deleting entities, subscriptions and rules.
+
+The management half of the namespace (SETTLE-ENT-*, SETTLE-TIER-*, PART-CREATE-*,
+PART-MGMT-*, RULES-RULE-*): every description is validated against the tier and the
+kind of entity before anything changes, and what can only be chosen at creation stays
+as it was chosen. Mixed into ``namespace.Namespace``; it uses the namespace's entities,
+routes, SKU and forwarding router.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .description import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription
+from .entity import Entity, Queue, Subscription, Topic
+from .errors import ErrorCode, ServiceBusError
+from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
+from .paths import SUBSCRIPTIONS, parse
+from .rules import Rule
+from .store import MessageStore
+from .tiers import TIERS, check_entity
+
+#: Queues and topics per namespace (Basic/Standard), partitioned ones counting as one each (PART-LIMIT-003).
+MAX_ENTITIES = 10_000
+#: Description fields that can only be chosen when the entity is created (PART-CREATE-002).
+IMMUTABLE = ("requires_session", "requires_duplicate_detection", "enable_partitioning")
+
+
+class Provisioning:
+    """The management operations of a ``Namespace``."""
+
+    # ------------------------------------------------------------ management
+
+    def create_queue(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Queue | PartitionedQueue:
+        return self._create(path, "queue", description, properties)
+
+    def create_topic(self, path: str, description: EntityDescription | None = None, **properties: Any) -> Topic | PartitionedTopic:
+        return self._create(path, "topic", description, properties)
+
+    def _create(self, path: str, kind: str, description: EntityDescription | None, properties: dict[str, Any]) -> Any:
+        d = (description or EntityDescription()).with_changes(**properties).validate(kind)
+        partitions = None
+        if self.partition_count is not None:  # a partitioned Premium namespace
+            if properties.get("enable_partitioning") is False or (description and not description.enable_partitioning and "enable_partitioning" in properties):
+                raise ServiceBusError(
+                    ErrorCode.INVALID_OPERATION,
+                    f"'{path}': every {kind} of a partitioned Premium namespace is partitioned; a non-partitioned one cannot be created.",
+                )
+            partitions = self.partition_count
+            d = d.with_changes(enable_partitioning=True)
+            if "max_message_size" not in properties:
+                d = d.with_changes(max_message_size=1024 * KB)  # PART-LIMIT-001
+        elif d.enable_partitioning:
+            if self.sku == "premium":
+                raise ServiceBusError(
+                    ErrorCode.INVALID_OPERATION,
+                    f"'{path}': a Premium namespace is partitioned when it is created, or not at all; "
+                    "this one is not, so it cannot hold a partitioned entity (PART-CREATE-003).",
+                    transient=False,
+                )
+            partitions = STANDARD_PARTITION_COUNT  # PART-STRUCT-002
+        if self.sku == "premium" and "max_message_size" not in properties and (
+            description is None or description.max_message_size == EntityDescription().max_message_size
+        ):
+            d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
+        check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
+        if len(path.strip("/")) > MAX_PATH_LENGTH:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
+        self._check_forward_to(path, d.forward_to)
+        self._check_forward_to(path, d.forward_dead_lettered_messages_to)
+        if path.lower() not in self.entities:
+            if len(self.entities) >= MAX_ENTITIES:
+                raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {MAX_ENTITIES} queues and topics.", transient=False)
+            if partitions is not None and self.sku != "premium":
+                partitioned = sum(1 for e in self.entities.values() if e.partitioned)
+                if partitioned >= MAX_PARTITIONED_ENTITIES:
+                    raise ServiceBusError(
+                        ErrorCode.QUOTA_EXCEEDED,
+                        f"The namespace already holds {MAX_PARTITIONED_ENTITIES} partitioned queues and topics.",
+                        transient=False,
+                    )
+        if partitions is None:
+            entity = (Queue if kind == "queue" else Topic)(path, d, self._lock_tokens)
+        else:
+            entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
+        entity.router = self._forward
+        added = self._add(entity)
+        self._forward_dead_letters(entity.stores, d.forward_dead_lettered_messages_to)
+        return added
+
+    def update(self, path: str, **changes: Any) -> EntityDescription:
+        """Change an entity's description. What can only be chosen at creation (sessions,
+        duplicate detection, partitioning) cannot change (PART-CREATE-002); a partitioned
+        entity is updated on every partition or not at all (PART-MGMT-001/002)."""
+        entity, store = self._resolve(path)
+        if store is not None and entity.kind != "topic":
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' cannot be updated; update its entity.")
+        owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
+        current = owner.description
+        new = current.with_changes(**changes).validate(owner.kind)
+        check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
+        if new.forward_to != current.forward_to:
+            self._check_forward_to(owner.path, new.forward_to)
+        if new.forward_dead_lettered_messages_to != current.forward_dead_lettered_messages_to:
+            self._check_forward_to(owner.path, new.forward_dead_lettered_messages_to)
+        fixed = [f for f in IMMUTABLE if getattr(new, f) != getattr(current, f)]
+        if fixed:
+            raise ServiceBusError(
+                ErrorCode.INVALID_OPERATION,
+                f"'{path}': {', '.join(fixed)} can only be chosen when the entity is created.",
+                transient=False,
+            )
+        if entity.partitioned:
+            entity.require_all_available("update")
+        owner.description = new
+        if owner is entity:
+            entity.max_bytes = new.max_size_in_megabytes * MB
+            if entity.duplicates is not None:
+                entity.duplicates.window = new.duplicate_detection_history_time_window
+        stores = [store] if store is not None else entity.stores
+        for s in stores:
+            for part in getattr(s, "partitions", [s]):
+                part.set_description(new.lock_duration, new.max_delivery_count, new.dead_lettering_on_message_expiration)
+        if owner.kind != "topic":
+            self._forward_dead_letters(stores, new.forward_dead_lettered_messages_to)
+        return new
+
+    def _forward_dead_letters(self, stores: Iterable[MessageStore], destination: str | None) -> None:
+        """SETTLE-FWD-002: a queue's or subscription's stores send what they dead-letter to ``destination``."""
+        for s in stores:
+            for part in getattr(s, "partitions", [s]):
+                part.forward_dead_letters_to = destination
+                part.router = self._forward if destination is not None else None
+
+    def create_subscription(
+        self, topic_path: str, name: str, description: EntityDescription | None = None, **properties: Any
+    ) -> Subscription:
+        topic = self._entity(topic_path)
+        if topic.kind != "topic":
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
+        d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
+        check_entity(self.sku, "subscription", d)
+        if len(name) > MAX_NAME_LENGTH:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The subscription name of {len(name)} characters is longer than {MAX_NAME_LENGTH}.", transient=False)
+        if name.lower() not in topic.subscriptions and len(topic.subscriptions) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED, f"The topic '{topic.path}' already has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions.", transient=False
+            )  # SETTLE-ENT-002
+        self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_to)
+        self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_dead_lettered_messages_to)
+        self._routes.clear()
+        sub = topic.add_subscription(name, d)
+        self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)
+        return sub
+
+    def _check_forward_to(self, source: str, destination: str | None) -> None:
+        """SETTLE-FWD-001: auto-forwarding (set on create or update, PART-FWD-002) names a
+        queue or topic of this namespace that exists at that time, other than the source."""
+        if destination is None:
+            return
+        if destination.lower().strip("/") == source.lower().strip("/"):
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{source}' cannot forward to itself.", transient=False)
+        if destination.lower().strip("/") not in self.entities:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_NOT_FOUND,
+                f"The auto-forwarding destination '{self.name}/{destination}' of '{source}' could not be found; "
+                "it must exist when forwarding is set.",
+                transient=False,
+            )
+
+    # ------------------------------------------------------------- rules
+
+    def subscription(self, path: str) -> Any:
+        """The subscription at ``<topic>/Subscriptions/<name>``."""
+        entity, store = self._resolve(path)
+        if not isinstance(entity, (Topic, PartitionedTopic)) or store is None or store.is_dead_letter:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not a subscription; rules belong to subscriptions.")
+        return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()]
+
+    def add_rule(self, path: str, rule: Rule) -> None:
+        """RULES-RULE-004: add a rule to a subscription (names are unique in it)."""
+        self.subscription(path).rules.add(rule)
+
+    def remove_rule(self, path: str, name: str) -> None:
+        self.subscription(path).rules.remove(name)
+
+    def list_rules(self, path: str) -> list[Rule]:
+        return self.subscription(path).rules.list()
+
+    def _add(self, entity: Entity) -> Any:
+        key = entity.path.lower()
+        if key in self.entities:
+            raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The {entity.kind} '{entity.path}' already exists.")
+        self.entities[key] = entity
+        self._routes.clear()
+        return entity
+
+    def delete(self, path: str) -> None:
+        self._routes.clear()
+        key = path.lower()
+        parsed = parse(path) if SUBSCRIPTIONS in key else None
+        entity = self.entities.get(parsed.key if parsed is not None else key)
+        if entity is not None and entity.partitioned:
+            entity.require_all_available("delete")  # PART-MGMT-002
+        if parsed is not None:
+            topic_path, name = parsed.entity, parsed.subscription
+            topic = self._entity(topic_path)
+            if topic.kind != "topic":
+                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{topic_path}' is not a topic.")
+            topic.remove_subscription(name)
+            return
+        if self.entities.pop(key, None) is None:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The entity '{path}' was not found.")
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._resolve(path)
+        except ServiceBusError:
+            return False
+        return True
+
+    def describe(self, path: str) -> EntityDescription:
+        entity, store = self._resolve(path)
+        if entity.kind == "topic" and store is not None:
+            return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()].description
+        return entity.description
+
+    def runtime_info(self, path: str) -> dict[str, Any]:
+        """Message counts, as Get reports them: summed over partitions that answer, with
+        the availability status (``limited`` while a partition is down: PART-MGMT-004)."""
+        entity, store = self._resolve(path)
+        now = self.clock.now
+        entity.tick(now)
+        if store is not None:
+            sources = [store]
+        elif entity.partitioned and entity.kind == "queue":
+            sources = [entity.store]  # its counts sum the partitions that answer
+        elif entity.partitioned:
+            sources = [sub.store for sub in entity.subscriptions.values()]
+        else:
+            sources = entity.stores
+        info: dict[str, Any] = {"active": 0, "deferred": 0, "dead_letter": 0, "scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
+        for s in sources:
+            s.tick(now)
+            s.dead_letter_queue.tick(now)
+            for key, value in s.counts().items():
+                info[key] += value
+        info["availability_status"] = entity.availability_status if entity.partitioned else "available"
+        if entity.partitioned:
+            info["partition_count"] = entity.partition_count
+        return info
+
+    # ------------------------------------------------------------ partitions
+
+    def partitioned(self, path: str) -> PartitionedEntity:
+        entity, _ = self._resolve(path)
+        if not entity.partitioned:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not partitioned.")
+        return entity
+
+    def make_partition_unavailable(self, path: str, partition: int) -> None:
+        """Fault injection: one partition's store goes down; it keeps what it holds."""
+        self.partitioned(path).set_partition_available(partition, False)
+
+    def make_partition_available(self, path: str, partition: int) -> None:
+        self.partitioned(path).set_partition_available(partition, True)
