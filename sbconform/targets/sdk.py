@@ -26,15 +26,8 @@ steps and the differential machine how far apart two clocks may be.
 
 from __future__ import annotations
 
-import atexit
 import datetime as dt
-import os
-import re
-import shutil
 import socket
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from typing import Any, Mapping, Sequence
@@ -42,141 +35,29 @@ from typing import Any, Mapping, Sequence
 from reference import ErrorCode, Message, ServiceBusError
 from reference.paths import parse as parse_path
 
-from ..amqp import codec
-from ..processes import stop_process
 from .azure_admin import split_path  # noqa: F401
-from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient
-
-CAPABILITIES = frozenset(
-    {
-        "topics",
-        "sessions",
-        "duplicate-detection",
-        "scheduling",
-        "deferral",
-        "dead-letter",
-        "time-to-live",
-        "drop-connection",
-        "small-quota",
-        "rejection-details",
-        "entity-management",
-        "partitions",
-        "partition-outage",
-        "entity-outage",
-        "auto-forward",
-        "presettled-send",
-        "transactions",
-        "rules",
-    }
+from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient  # noqa: F401
+from .sdk_messages import MessagesMixin
+from .sdk_provision import ProvisioningMixin, RestProvisioner
+from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules import them from here)
+    _CONDITION_CODES,
+    _EPOCH,
+    AZURE_LACKING,
+    CAPABILITIES,
+    LACKING,
+    _code_of_condition,
+    _condition_text,
+    _ms,
+    parse_connection_string,
+    translate,
 )
-
-LACKING = {
-    "virtual-time": "time passes in real time through the SDK; scenarios needing minutes or days cannot wait that long",
-    "model-internals": "the model's internal structure is not observable through the SDK",
-    "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
-    "paired-namespaces": "a pairing needs a second namespace: serve=true starts one, or give secondary=<connection string>",
-}
-
-#: what a real Azure namespace (control=admin) cannot offer a test
-AZURE_LACKING = {
-    "partition-outage": "a real Azure namespace cannot take a partition down on request",
-    "entity-outage": "a real Azure namespace cannot make an entity unavailable on request",
-    "small-quota": "Azure's smallest entity is 1 GB (MaxSizeInMegabytes 1024): too large to fill in a test",
-}
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def _ms(value: dt.datetime | None) -> int | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    if value.year >= 9999:
-        return None
-    return round((value - _EPOCH).total_seconds() * 1000)
-
-
-def parse_connection_string(text: str) -> dict[str, str]:
-    out = {}
-    for part in text.split(";"):
-        key, sep, value = part.strip().partition("=")
-        if sep:
-            out[key.strip().lower()] = value.strip()
-    return out
 
 
 # ------------------------------------------------------------ our own server and plain AMQP clients
 from .proton_client import ControlClient, LowLevelClient, _proton_message  # noqa: E402,F401
 from .serve_process import _PREMIUM, _SERVE_LOCK, ServeProcess, premium_server, shared_server  # noqa: E402,F401
 
-
-#: AMQP condition -> model error code: the codec's one table (sbconform/amqp/codec.py)
-_CONDITION_CODES = codec.CODES
-
-
-def _code_of_condition(condition: str) -> ErrorCode:
-    return codec.code_of_condition(condition)
-
-
-def translate(error: BaseException) -> ServiceBusError:
-    """An SDK exception as a ``reference.ServiceBusError``."""
-    from azure.servicebus import exceptions as x
-
-    mapping = [
-        (x.MessageLockLostError, ErrorCode.MESSAGE_LOCK_LOST),
-        (x.SessionLockLostError, ErrorCode.SESSION_LOCK_LOST),
-        (x.MessageNotFoundError, ErrorCode.MESSAGE_NOT_FOUND),
-        (x.MessagingEntityNotFoundError, ErrorCode.ENTITY_NOT_FOUND),
-        (x.MessageSizeExceededError, ErrorCode.MESSAGE_SIZE_EXCEEDED),
-        (x.ServiceBusQuotaExceededError, ErrorCode.QUOTA_EXCEEDED),
-        (x.ServiceBusAuthorizationError, ErrorCode.UNAUTHORIZED),
-        (x.ServiceBusAuthenticationError, ErrorCode.UNAUTHORIZED),
-        (x.SessionCannotBeLockedError, ErrorCode.SESSION_CANNOT_BE_LOCKED),
-        (x.OperationTimeoutError, ErrorCode.TIMEOUT),
-        (x.ServiceBusServerBusyError, ErrorCode.SERVER_BUSY),
-        (x.MessagingEntityDisabledError, ErrorCode.ENTITY_UNAVAILABLE),
-        (x.MessagingEntityAlreadyExistsError, ErrorCode.ENTITY_ALREADY_EXISTS),
-        # the SDK refuses locally to settle a message twice: the lock is gone (SETTLE-COMP-002)
-        (x.MessageAlreadySettled, ErrorCode.MESSAGE_LOCK_LOST),
-    ]
-    for cls, code in mapping:
-        if isinstance(error, cls):
-            break
-    else:
-        condition = getattr(error, "condition", None)
-        found = re.search(r"Error condition: ([\w:.-]+)", str(error))
-        if condition is None and found:
-            condition = found[1].rstrip(".")
-        if condition is not None:
-            value = getattr(condition, "value", condition)
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            code = _code_of_condition(text)
-        elif isinstance(error, (x.ServiceBusConnectionError, x.ServiceBusCommunicationError)):
-            code = ErrorCode.CONNECTION_LOST
-        elif isinstance(error, (ValueError, TypeError)):
-            code = ErrorCode.INVALID_OPERATION
-        else:
-            code = ErrorCode.CONNECTION_LOST
-    retryable = getattr(error, "_retryable", None)
-    transient = bool(retryable) if retryable is not None and code is not ErrorCode.MESSAGE_SIZE_EXCEEDED else None
-    if code in (ErrorCode.MESSAGE_SIZE_EXCEEDED, ErrorCode.QUOTA_EXCEEDED):
-        transient = False
-    out = ServiceBusError(code, str(error).splitlines()[0][:500] if str(error) else type(error).__name__, transient=transient)
-    out.condition = _condition_text(error)  # the broker's own, for clients that decide from it (reference/paired/transience.py)
-    return out
-
-
-def _condition_text(error: BaseException) -> str | None:
-    condition = getattr(error, "_condition", None) or getattr(error, "condition", None)
-    if condition is None:
-        found = re.search(r"Error condition: ([\w:.-]+)", str(error))
-        return found[1].rstrip(".") if found else None
-    value = getattr(condition, "value", condition)
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class SdkTarget(Target):
+class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
     name = "sdk"
     capabilities = CAPABILITIES
     lacking: Mapping[str, str] = LACKING
@@ -282,11 +163,16 @@ class SdkTarget(Target):
                 if mode == "amqp":
                     raise RuntimeError(f"the endpoint has no $sbconform control node: {error}") from None
                 self.control = None
+            http_port = shared_server().http_port if self.serve else None
+            if mode == "auto" and self.control is not None and http_port:
+                # sbconform serve started here: entities and rules through its management REST API,
+                # as on any Service Bus; the control node for outages and virtual time (sdk_provision)
+                self.control = RestProvisioner(self._rest_admin(parts, http_port), self.control)
         self.client = ServiceBusClient.from_connection_string(self.connection_string, retry_total=1, retry_backoff_factor=0.2)
         self.t0 = time.monotonic()
         self.t0_epoch_ms = int(time.time() * 1000)
         self.skew = 0
-        if self.virtual_time and not (isinstance(self.control, ControlClient) and self._offers_time_control()):
+        if self.virtual_time and not (isinstance(self._node(), ControlClient) and self._offers_time_control()):
             raise RuntimeError("sbconform serve started by the target offers no advance-time on its $sbconform node")
         if self.virtual_time:
             # the endpoint's clock may already have been moved on (an earlier test on a shared
@@ -297,6 +183,22 @@ class SdkTarget(Target):
             self.lacking = {k: v for k, v in self.lacking.items() if k != "virtual-time"}
         self._suffix = uuid.uuid4().hex[:8]
         self._opened = True
+
+    def _node(self) -> Any:
+        """The ``$sbconform`` control node, if the endpoint has one (alone, or behind the REST API)."""
+        return self.control.node if isinstance(self.control, RestProvisioner) else self.control
+
+    def _rest_admin(self, parts: dict[str, str], http_port: int) -> Any:
+        from azure.servicebus.management import ServiceBusAdministrationClient
+
+        from ..server.admin_http import plain_http_transport
+        from .azure_admin import AdminProvisioner
+
+        admin = ServiceBusAdministrationClient.from_connection_string(
+            f"Endpoint=sb://localhost:{http_port};SharedAccessKeyName={parts.get('sharedaccesskeyname', '')};"
+            f"SharedAccessKey={parts.get('sharedaccesskey', '')};UseDevelopmentEmulator=true;",
+            transport=plain_http_transport(), retry_total=0)
+        return AdminProvisioner("", client=admin)
 
     def close(self) -> None:
         if not self._opened:
@@ -348,97 +250,6 @@ class SdkTarget(Target):
         from .paired_sdk import namespace_name
 
         return namespace_name(self)
-
-    def _control(self) -> Any:
-        if self.control is None:
-            raise ServiceBusError(ErrorCode.INVALID_OPERATION, "this endpoint cannot be managed at run time (no $sbconform control node)")
-        return self.control
-
-    # ------------------------------------------------------------- management
-    def _name(self, name: str) -> str:
-        return f"{self.prefix}{name}-{self._suffix}"
-
-    def create_queue(self, name: str, **properties: Any) -> str:
-        path = self._control().call("create-queue", name=self._name(name), properties=properties)["path"]
-        self.created.append(path)
-        return path
-
-    def create_topic(self, name: str, **properties: Any) -> str:
-        path = self._control().call("create-topic", name=self._name(name), properties=properties)["path"]
-        self.created.append(path)
-        return path
-
-    def create_subscription(self, topic_path: str, name: str, **properties: Any) -> str:
-        return self._control().call("create-subscription", topic=topic_path, name=name, properties=properties)["path"]
-
-    def delete_entity(self, path: str) -> None:
-        self._control().call("delete", path=path)
-
-    def entity_counts(self, path: str) -> dict[str, Any]:
-        return {str(k): v for k, v in self._control().call("runtime-info", path=path).items()}
-
-    def update_entity(self, path: str, **properties: Any) -> None:
-        self._control().call("update", path=path, properties=properties)
-
-    def describe_entity(self, path: str) -> dict[str, Any]:
-        return {str(k): v for k, v in self._control().call("describe", path=path).items()}
-
-    def make_partition_unavailable(self, path: str, partition: int) -> None:
-        self._control().call("partition", path=path, partition=partition, available=False)
-
-    def make_partition_available(self, path: str, partition: int) -> None:
-        self._control().call("partition", path=path, partition=partition, available=True)
-
-    def make_unavailable(self, path: str, code: str = "entity-unavailable", transient: bool | None = None) -> None:
-        self._control().call("entity-availability", path=path, available=False, code=code, transient=transient)
-
-    def make_available(self, path: str) -> None:
-        self._control().call("entity-availability", path=path, available=True)
-
-    # ------------------------------------------------------------------ rules
-    # The Python SDK has no rule API over AMQP (ServiceBusAdministrationClient speaks HTTP): the
-    # rule operations are sent on the subscription's $management node, through the SDK's own
-    # request-response link of a subscription receiver, in the documented format
-    # (sbconform/server/rules.py). Not retried: a retried add-rule whose first reply was lost
-    # would fail as already existing.
-    def _rule_request(self, subscription_path: str, operation: bytes, body: dict) -> Any:
-        import functools
-
-        from azure.servicebus._common import mgmt_handlers
-
-        handle = self._rule_clients.get(subscription_path)
-        if handle is None:
-            handle = self._rule_clients[subscription_path] = self.receiver(subscription_path)
-        client = handle.private
-        callback = functools.partial(mgmt_handlers.default, amqp_transport=client._amqp_transport)
-        return self._call(client._mgmt_request_response, operation, body, callback)
-
-    def add_rule(self, subscription_path: str, rule: Any) -> None:
-        from azure.servicebus._common.constants import REQUEST_RESPONSE_ADD_RULE_OPERATION
-
-        from ..server.rules import add_rule_body
-
-        self._rule_request(subscription_path, REQUEST_RESPONSE_ADD_RULE_OPERATION, add_rule_body(rule))
-
-    def remove_rule(self, subscription_path: str, name: str) -> None:
-        from azure.servicebus._common.constants import REQUEST_RESPONSE_REMOVE_RULE_OPERATION
-
-        self._rule_request(subscription_path, REQUEST_RESPONSE_REMOVE_RULE_OPERATION, {"rule-name": name})
-
-    def list_rules(self, subscription_path: str) -> list[Any]:
-        from azure.servicebus._common.constants import REQUEST_RESPONSE_GET_RULES_OPERATION
-
-        from ..server.rules import rule_from_description
-
-        rules: list[Any] = []
-        while True:
-            page = self._rule_request(subscription_path, REQUEST_RESPONSE_GET_RULES_OPERATION, {"skip": len(rules), "top": 100})
-            entries = (page or {}).get(b"rules") or (page or {}).get("rules") or []
-            for entry in entries:
-                desc = entry.get(b"rule-description", entry.get("rule-description"))
-                rules.append(rule_from_description(desc))
-            if len(entries) < 100:
-                return rules
 
     # ---------------------------------------------------------------- clients
     def _call(self, fn, *args: Any, **kwargs: Any) -> Any:
@@ -523,39 +334,6 @@ class SdkTarget(Target):
         handle.private = fresh
 
     # -------------------------------------------------------------- messaging
-    def _sdk_message(self, message: Message):
-        """The SDK's message. The SDK checks some rules itself while building it (a partition
-        key that differs from the session id is a ValueError, PART-KEY-003): callers build it
-        inside ``_call`` so such a refusal is an invalid-operation error like the broker's."""
-        from azure.servicebus import ServiceBusMessage
-
-        kwargs: dict[str, Any] = {}
-        if message.time_to_live is not None:
-            kwargs["time_to_live"] = dt.timedelta(milliseconds=message.time_to_live)
-        if message.scheduled_enqueue_time is not None:
-            kwargs["scheduled_enqueue_time_utc"] = self._datetime(message.scheduled_enqueue_time)
-        return ServiceBusMessage(
-            message.body,
-            message_id=message.message_id,
-            session_id=message.session_id,
-            partition_key=message.partition_key,
-            content_type=message.content_type,
-            correlation_id=message.correlation_id,
-            subject=message.subject,
-            to=message.to,
-            reply_to=message.reply_to,
-            reply_to_session_id=message.reply_to_session_id,
-            application_properties=dict(message.application_properties) or None,
-            **kwargs,
-        )
-
-    def _datetime(self, ms: int) -> dt.datetime:
-        return _EPOCH + dt.timedelta(milliseconds=self.t0_epoch_ms + ms)
-
-    def _local(self, value: dt.datetime | None) -> int | None:
-        ms = _ms(value)
-        return None if ms is None else ms - self.t0_epoch_ms
-
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
         client = sender.private
         if batch:
@@ -570,96 +348,11 @@ class SdkTarget(Target):
                 self._call(lambda m=m: client.send_messages(self._sdk_message(m)))
         return [None] * len(messages)  # the SDK does not say which sequence number a send got
 
-    def transaction_client(self) -> TransactionalClient:
-        """Transactions (TXN-*, PART-TXN-*): the Python SDK has none, so they go through a
-        python-qpid-proton client on a connection of its own (coordinator link, transactional
-        transfers and dispositions), authorised with the connection string's key, as the .NET and
-        Java SDKs do it."""
-        from .proton_txn import ProtonTransactionalClient
-
-        parts = parse_connection_string(self.connection_string or "")
-        emulator = parts.get("usedevelopmentemulator", "").lower() == "true"
-        return ProtonTransactionalClient(
-            "127.0.0.1" if self.host == "localhost" else self.host, self.port if emulator else 5671,
-            parts.get("sharedaccesskeyname", ""), parts.get("sharedaccesskey", ""), tls=not emulator,
-            condition_code=_code_of_condition,
-        )
-
-    def send_transaction(self, sends: Sequence[tuple[Handle, Sequence[Message]]]) -> list[list[int | None]]:
-        client = self.transaction_client()
-        try:
-            txn = client.declare()
-            try:
-                for handle, messages in sends:
-                    client.send(txn, handle.path, list(messages))
-            except ServiceBusError:
-                client.discharge(txn, commit=False)
-                raise
-            client.discharge(txn, commit=True)
-        finally:
-            client.close()
-        return [[None] * len(messages) for _, messages in sends]
-
-    def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
-        """SETTLE-SEND-004 is about "a low-level AMQP client": the SDK has no pre-settled send, so
-        these transfers go through python-qpid-proton to the same endpoint, on a link whose sender
-        settle mode is ``settled``, authorised by a CBS put-token made with the connection
-        string's key. Nothing comes back, as the clause says."""
-        if self._low_level is None:
-            parts = parse_connection_string(self.connection_string or "")
-            emulator = parts.get("usedevelopmentemulator", "").lower() == "true"
-            self._low_level = LowLevelClient(
-                "127.0.0.1" if self.host == "localhost" else self.host, self.port if emulator else 5671, not emulator,
-                parts.get("sharedaccesskeyname", ""), parts.get("sharedaccesskey", ""),
-            )
-        self._low_level.send_presettled(sender.path, self._call(lambda: [self._sdk_message(m) for m in messages]))
-
     def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
         return list(self._call(lambda: sender.private.schedule_messages([self._sdk_message(m) for m in messages], self._datetime(enqueue_time))))
 
     def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
         self._call(sender.private.cancel_scheduled_messages, list(sequence_numbers))
-
-    def received(self, m: Any, mode: str = PEEK_LOCK) -> Received:
-        body = m.body
-        if not isinstance(body, (bytes, bytearray)):
-            try:
-                body = b"".join(bytes(part) for part in body)
-            except TypeError:
-                body = str(body).encode()
-        state = getattr(m.state, "name", str(m.state)).lower() if getattr(m, "state", None) is not None else "active"
-        ttl = m.time_to_live
-        raw_count = m.delivery_count
-        props = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else v)
-                 for k, v in (m.application_properties or {}).items()}
-        locked = mode == PEEK_LOCK and state != "scheduled" and getattr(m, "_receiver", None) is not None
-        token = m.lock_token if locked else None
-        return Received(
-            message_id=m.message_id,
-            body=bytes(body),
-            sequence_number=m.sequence_number,
-            enqueued_time=self._local(m.enqueued_time_utc),
-            delivery_count=(raw_count or 0) + 1,
-            lock_token=token,
-            locked_until=self._local(m.locked_until_utc) if token is not None else None,
-            expires_at=self._local(m.expires_at_utc) if ttl is not None else None,
-            session_id=m.session_id,
-            partition_key=m.partition_key,
-            state=state if state in ("deferred", "scheduled") else "active",
-            dead_letter_reason=m.dead_letter_reason,
-            dead_letter_description=m.dead_letter_error_description,
-            dead_letter_source=m.dead_letter_source,
-            content_type=m.content_type,
-            time_to_live=None if ttl is None else round(ttl.total_seconds() * 1000),
-            scheduled_enqueue_time=self._local(m.scheduled_enqueue_time_utc),
-            application_properties=props,
-            correlation_id=m.correlation_id,
-            subject=m.subject,
-            to=m.to,
-            reply_to=m.reply_to,
-            reply_to_session_id=m.reply_to_session_id,
-            raw=m,
-        )
 
     def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
         wait_ms = self.empty_wait if max_wait is None else max_wait
