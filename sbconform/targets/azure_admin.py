@@ -275,8 +275,11 @@ _ERRORS = {
 
 
 def _translate(error: Exception) -> ServiceBusError:
-    if getattr(error, "status_code", None) == 403:  # "Quota exceeded" (Create Rule, Create Queue: 403)
+    status = getattr(error, "status_code", None)
+    if status == 403:  # "Quota exceeded" (Create Rule, Create Queue: 403)
         return ServiceBusError(ErrorCode.QUOTA_EXCEEDED, str(error).splitlines()[0][:500], transient=False)
+    if status == 503:  # "Service unavailable" (an entity or partition down): transient
+        return ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, str(error).splitlines()[0][:500], transient=True)
     for cls in type(error).__mro__:
         if cls.__name__ in _ERRORS:
             return ServiceBusError(_ERRORS[cls.__name__], str(error).splitlines()[0][:500] if str(error) else cls.__name__)

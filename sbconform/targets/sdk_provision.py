@@ -13,8 +13,8 @@ operations of ``sbconform serve``'s ``$sbconform`` control node (``create-queue`
 - :class:`RestProvisioner` (``serve=true``, the default ``control=auto``): entities and rules
   through ``sbconform serve``'s management REST API with the same administration client, as an
   application provisions a Service Bus namespace; the control node only for what no real broker
-  offers (partition and entity outages, virtual time) and for entity properties the REST API
-  cannot carry (they are listed in ``REST_FIELDS``' complement).
+  offers (partition and entity outages, virtual time), for updates (see ``REST_OPERATIONS``) and
+  for entity properties the REST API cannot carry (``_rest_fields``).
 
 Without a provisioner that has rules, rule operations go over AMQP on the subscription's
 ``$management`` node (the documented ``com.microsoft:add-rule`` etc.), through the SDK's own
@@ -31,8 +31,10 @@ from .azure_admin import FIELDS as ADMIN_FIELDS
 from .azure_admin import AdminProvisioner
 from .base import Handle
 
-#: operations the REST API carries
-REST_OPERATIONS = frozenset({"create-queue", "create-topic", "create-subscription", "delete", "update", "describe",
+#: operations that go through the REST API. ``update`` stays on the control node: its refusals
+#: (changing partitioning: invalid-operation; a partition down: entity-unavailable) are model
+#: error codes that a REST answer (400, 503) cannot tell apart from an argument error or a busy server
+REST_OPERATIONS = frozenset({"create-queue", "create-topic", "create-subscription", "delete", "describe",
                              "runtime-info", "add-rule", "remove-rule", "list-rules"})
 
 
