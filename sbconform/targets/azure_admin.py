@@ -195,7 +195,8 @@ class AdminProvisioner:
             "active": info.active_message_count,
             "deferred": max(0, (info.total_message_count or 0) - counted),
             "dead_letter": info.dead_letter_message_count,
-            "scheduled": info.scheduled_message_count,
+            # a subscription's runtime properties have no scheduled count (scheduled messages wait in the topic)
+            "scheduled": getattr(info, "scheduled_message_count", 0) or 0,
             "size_bytes": getattr(info, "size_in_bytes", None),
             "availability_status": str(getattr(status, "value", status) or "available").lower(),
         }
