@@ -451,3 +451,19 @@ def test_invalid_entity_names_are_refused(broker, path: str) -> None:
     body = b"<entry xmlns='http://www.w3.org/2005/Atom'><content type='application/xml'><QueueDescription/></content></entry>"
     status, answer = raw(http, "PUT", path + "?api-version=2021-05", body=body)
     assert status == 400 and b"not a valid entity name" in answer
+
+
+def test_a_subscription_with_a_bad_default_rule_is_not_created(admin, broker) -> None:
+    _, http = broker
+    admin.create_topic("default-rule")
+    body = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><SubscriptionDescription '
+            b'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">'
+            b'<DefaultRuleDescription><Filter i:type="SqlFilter"><SqlExpression>%s</SqlExpression></Filter><Name>%s</Name>'
+            b'</DefaultRuleDescription></SubscriptionDescription></content></entry>')
+    status, answer = raw(http, "PUT", "/default-rule/Subscriptions/s?api-version=2021-05", body=body % (b"qty = = (", b"big"))
+    assert status == 400 and b"SQL filter expression is not valid" in answer
+    assert [s.name for s in admin.list_subscriptions("default-rule")] == []
+    status, _ = raw(http, "PUT", "/default-rule/Subscriptions/s?api-version=2021-05", body=body % (b"qty &gt; 5", b"big"))
+    assert status == 201
+    assert [(r.name, r.filter.sql_expression) for r in admin.list_rules("default-rule", "s")] == [("big", "qty > 5")]
+    admin.delete_topic("default-rule")

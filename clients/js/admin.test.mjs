@@ -108,6 +108,18 @@ test("rules: create, get, update, list, delete; a rule made here filters what is
   await admin.deleteTopic("js-admin-rules");
 });
 
+test("a subscription created with a default rule has that rule instead of $Default's true filter", async () => {
+  await admin.createTopic("js-admin-default-rule");
+  await admin.createSubscription("js-admin-default-rule", "sub", {
+    defaultRuleOptions: { name: "only-red", filter: { applicationProperties: { colour: "red" } } },
+  });
+  const names = [];
+  for await (const r of admin.listRules("js-admin-default-rule", "sub")) names.push(r.name);
+  assert.deepEqual(names, ["only-red"]);
+  assert.deepEqual((await admin.getRule("js-admin-default-rule", "sub", "only-red")).filter.applicationProperties, { colour: "red" });
+  await admin.deleteTopic("js-admin-default-rule");
+});
+
 test("namespace properties", async () => {
   const ns = await admin.getNamespaceProperties();
   assert.equal(ns.messagingSku, "Standard");

@@ -45,6 +45,7 @@ from .atom import (
     error_xml,
     feed_xml,
     namespace_xml,
+    parse_default_rule,
     parse_description,
     parse_rule,
     rule_entry_xml,
@@ -132,7 +133,7 @@ class AdminApi:
                 "sku": str(getattr(self.ns, "sku", self.server.config.sku)), "created": self.server.clock.epoch_ms}
 
     # -- writes
-    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
+    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str], default_rule: Any = None) -> dict[str, Any]:
         if self._kind(path) is not None or (kind != "subscription" and path.lower() in self.ns.entities):
             raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The messaging entity '{path}' already exists.")
         if kind == "queue":
@@ -141,7 +142,12 @@ class AdminApi:
             self.ns.create_topic(path, **props)
         else:
             topic, _, name = path.split("/")
+            if default_rule is not None:
+                RuleSet([default_rule])  # checked (SQL, name) before the subscription exists
             self.ns.create_subscription(topic, name, **props)
+            if default_rule is not None:  # created with this rule instead of $Default's true filter
+                self.ns.remove_rule(path, "$Default")
+                self.ns.add_rule(path, default_rule)
         self.meta.pop(path.lower(), None)
         meta = self._meta(path)
         meta["created"] = meta["updated"] = self._now()
@@ -391,7 +397,8 @@ class AdminHttp:
             props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
             if (headers.get("If-Match") or "").strip():
                 return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
-            return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras)), host)
+            default_rule = parse_default_rule(body) if kind == "subscription" else None
+            return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras, default_rule)), host)
         raise HttpError(405, f"{method} is not supported on '/{path}'")
 
     def _rules(self, method: str, parts: list[str], skip: int, top: int, headers: Any, body: bytes, host: str) -> tuple[int, bytes]:

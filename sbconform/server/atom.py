@@ -482,8 +482,6 @@ def parse_rule(body: bytes, name: str) -> Any:
     """The ``reference.Rule`` a PUT body's ``RuleDescription`` describes, named ``name`` (the
     URL's: the body's ``Name`` is not trusted). SQL is left unchecked: the model checks it
     when the rule is added, and its error becomes the 400's detail."""
-    from reference import CorrelationFilter, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
-
     try:
         root = ET.fromstring(_without_namespaces(body))
     except ET.ParseError as error:
@@ -491,6 +489,27 @@ def parse_rule(body: bytes, name: str) -> Any:
     desc = next((e for e in root.iter() if _local(e.tag) == "RuleDescription"), None)
     if desc is None:
         raise HttpError(400, "the request body holds no RuleDescription")
+    return _rule_of(desc, name)
+
+
+def parse_default_rule(body: bytes) -> Any:
+    """A subscription's ``DefaultRuleDescription`` (the JavaScript SDK's ``defaultRuleOptions``):
+    the rule the subscription is created with instead of ``$Default``'s true filter, named by
+    its ``Name`` (``$Default`` if none); None when the description has none."""
+    try:
+        root = ET.fromstring(_without_namespaces(body))
+    except ET.ParseError as error:
+        raise HttpError(400, f"the request body is not XML: {error}") from None
+    desc = next((e for e in root.iter() if _local(e.tag) == "DefaultRuleDescription"), None)
+    if desc is None or len(desc) == 0:
+        return None
+    named = _child(desc, "Name")
+    return _rule_of(desc, (named.text or "").strip() if named is not None and (named.text or "").strip() else "$Default")
+
+
+def _rule_of(desc: ET.Element, name: str) -> Any:
+    from reference import CorrelationFilter, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
+
     filt, act = _child(desc, "Filter"), _child(desc, "Action")
     try:
         rule_filter: Any = TrueFilter()  # no filter: the true filter, as the SDKs default it
