@@ -19,7 +19,7 @@ Every request carries a shared access signature in ``Authorization``, checked as
 put-token (key, signature, expiry, audience covering the path). Errors are Service Bus's:
 status code and ``<Error><Code>..</Code><Detail>..</Detail></Error>``.
 
-The XML lives in ``atom.py``. The namespace model is single-threaded and belongs to the AMQP server's loop: each request
+The XML lives in ``atom.py`` (rules: ``atom_rules.py``). The namespace model is single-threaded and belongs to the AMQP server's loop: each request
 runs its model part there (``Server.call_soon``) and waits for the answer; only the XML is
 made on the HTTP thread. Rules are the model's (``reference/rules.py``): a rule created here
 filters what is sent over AMQP, and the AMQP rule operations see it.
@@ -45,12 +45,9 @@ from .atom import (
     error_xml,
     feed_xml,
     namespace_xml,
-    parse_default_rule,
     parse_description,
-    parse_rule,
-    rule_entry_xml,
-    rule_feed_xml,
 )
+from .atom_rules import parse_default_rule, parse_rule, rule_entry_xml, rule_feed_xml
 from .sas import TokenError, check_token
 
 log = logging.getLogger("sbconform.serve")
