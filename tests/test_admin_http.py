@@ -165,13 +165,126 @@ def test_topics_and_subscriptions(admin, amqp) -> None:
         admin.get_topic("events")
 
 
-def test_rules_are_refused_with_a_reason(admin, broker) -> None:
-    _, http = broker
+def test_rules_of_every_kind_create_get_update_list_delete(admin) -> None:
+    from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, SqlRuleAction, SqlRuleFilter, TrueRuleFilter
+
     admin.create_topic("ruled")
     admin.create_subscription("ruled", "s")
-    status, body = raw(http, "GET", "/ruled/subscriptions/s/rules?api-version=2021-05")
-    assert status == 501 and b"rules" in body
+    [default] = admin.list_rules("ruled", "s")  # RULES-RULE-001: every new subscription has $Default, the true filter
+    assert (default.name, type(default.filter), default.action) == ("$Default", TrueRuleFilter, None)
+    made = admin.create_rule("ruled", "s", "big", filter=SqlRuleFilter("qty > @n", parameters={"@n": 5}),
+                             action=SqlRuleAction("SET tier = @t", parameters={"@t": "gold"}))
+    assert (made.name, made.filter.sql_expression, dict(made.filter.parameters)) == ("big", "qty > @n", {"@n": 5})
+    assert (made.action.sql_expression, dict(made.action.parameters)) == ("SET tier = @t", {"@t": "gold"})
+    assert made.created_at_utc is not None
+    props = {"k": 1, "s": "v", "b": True, "d": 1.5, "big": 2**40}
+    admin.create_rule("ruled", "s", "corr", filter=CorrelationRuleFilter(correlation_id="c", label="L", to="there", properties=props))
+    admin.create_rule("ruled", "s", "never", filter=FalseRuleFilter())
+    admin.create_rule("ruled", "s", "always", filter=TrueRuleFilter())
+    corr = admin.get_rule("ruled", "s", "corr").filter
+    assert (type(corr), corr.correlation_id, corr.label, corr.to, corr.message_id) == (CorrelationRuleFilter, "c", "L", "there", None)
+    assert dict(corr.properties) == props and type(corr.properties["d"]) is float and type(corr.properties["b"]) is bool
+    listed = list(admin.list_rules("ruled", "s"))
+    assert [(r.name, type(r.filter).__name__) for r in listed] == [
+        ("$Default", "TrueRuleFilter"), ("big", "SqlRuleFilter"), ("corr", "CorrelationRuleFilter"),
+        ("never", "FalseRuleFilter"), ("always", "TrueRuleFilter")]
+    rule = admin.get_rule("ruled", "s", "big")
+    rule.filter, rule.action = SqlRuleFilter("qty > 10"), None
+    admin.update_rule("ruled", "s", rule)
+    again = admin.get_rule("ruled", "s", "big")
+    assert (again.filter.sql_expression, again.action) == ("qty > 10", None)
+    assert [r.name for r in admin.list_rules("ruled", "s")][1] == "big"  # an update keeps the rule's place
+    admin.delete_rule("ruled", "s", "never")
+    assert [r.name for r in admin.list_rules("ruled", "s")] == ["$Default", "big", "corr", "always"]
     admin.delete_topic("ruled")
+
+
+def test_rule_errors_are_service_bus_status_codes(admin, broker) -> None:
+    from azure.servicebus.management import SqlRuleFilter
+
+    _, http = broker
+    admin.create_topic("rule-errors")
+    admin.create_subscription("rule-errors", "s")
+    with pytest.raises(ResourceExistsError):  # 409: the rule exists (names are case-insensitive)
+        admin.create_rule("rule-errors", "s", "$default")
+    with pytest.raises(HttpResponseError) as bad_sql:  # 400, the parser's own message
+        admin.create_rule("rule-errors", "s", "bad", filter=SqlRuleFilter("qty = = ("))
+    assert bad_sql.value.status_code == 400 and "SQL filter expression is not valid" in str(bad_sql.value)
+    with pytest.raises(ResourceNotFoundError):
+        admin.get_rule("rule-errors", "s", "missing")
+    with pytest.raises(ResourceNotFoundError):
+        admin.delete_rule("rule-errors", "s", "missing")
+    with pytest.raises(ResourceNotFoundError):
+        admin.create_rule("rule-errors", "nope", "r")
+    with pytest.raises(ResourceNotFoundError):
+        list(admin.list_rules("rule-errors", "nope"))
+    rule = admin.get_rule("rule-errors", "s", "$Default")
+    rule.name = "ghost"
+    with pytest.raises(ResourceNotFoundError):  # an update of a rule that does not exist creates nothing
+        admin.update_rule("rule-errors", "s", rule)
+    assert [r.name for r in admin.list_rules("rule-errors", "s")] == ["$Default"]
+    entry = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><RuleDescription '
+             b'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">')
+    for body, words in [
+        (entry + b'<Filter i:type="CorrelationFilter"></Filter></RuleDescription></content></entry>', b"at least one property"),
+        (entry + b'<Filter i:type="Nonsense"/></RuleDescription></content></entry>', b"unknown filter type"),
+        (entry + b'<Filter i:type="SqlFilter"><SqlExpression>a = 1</SqlExpression></Filter>'
+                 b'<Action i:type="SqlRuleAction"><SqlExpression>SET</SqlExpression></Action></RuleDescription></content></entry>', b"rule action expression is not valid"),
+        (b"<entry><content>not a rule</content></entry>", b"RuleDescription"),
+        (b"<entry", b"not XML"),
+    ]:
+        status, answer = raw(http, "PUT", "/rule-errors/Subscriptions/s/Rules/r?api-version=2021-05", body=body)
+        assert status == 400 and words in ET.fromstring(answer).find("Detail").text.encode(), (body, answer)
+    status, _ = raw(http, "PUT", "/rule-errors/Subscriptions/s/Rules/" + "x" * 51 + "?api-version=2021-05", body=entry + b"</RuleDescription></content></entry>")
+    assert status == 400  # rule names are at most 50 characters
+    assert [r.name for r in admin.list_rules("rule-errors", "s")] == ["$Default"]  # nothing refused was added
+    admin.delete_topic("rule-errors")
+
+
+def test_rules_list_in_pages(admin, broker) -> None:
+    from azure.servicebus.management import SqlRuleFilter
+
+    _, http = broker
+    admin.create_topic("paged-rules")
+    admin.create_subscription("paged-rules", "s")
+    for i in range(7):
+        admin.create_rule("paged-rules", "s", f"r{i}", filter=SqlRuleFilter(f"n = {i}"))
+    pages = list(admin.list_rules("paged-rules", "s", max_page_size=3).by_page())
+    assert [len(list(p)) for p in pages] == [3, 3, 2]
+    assert [r.name for r in admin.list_rules("paged-rules", "s", max_page_size=3)] == ["$Default"] + [f"r{i}" for i in range(7)]
+    status, body = raw(http, "GET", "/paged-rules/Subscriptions/s/Rules?$skip=2&$top=3&api-version=2021-05")
+    atom = "{http://www.w3.org/2005/Atom}"
+    feed = ET.fromstring(body)
+    assert status == 200 and [e.find(atom + "title").text for e in feed.findall(atom + "entry")] == ["r1", "r2", "r3"]
+    assert [link.get("rel") for link in feed.findall(atom + "link")] == ["self", "next"]
+    admin.delete_topic("paged-rules")
+
+
+def test_a_rule_made_over_rest_filters_what_is_sent_over_amqp(admin, amqp) -> None:
+    from azure.servicebus.management import CorrelationRuleFilter, SqlRuleAction, SqlRuleFilter
+
+    admin.create_topic("routed")
+    admin.create_subscription("routed", "gold")
+    admin.create_subscription("routed", "red")
+    admin.delete_rule("routed", "gold", "$Default")
+    admin.delete_rule("routed", "red", "$Default")
+    admin.create_rule("routed", "gold", "big", filter=SqlRuleFilter("qty > @n", parameters={"@n": 5}),
+                      action=SqlRuleAction("SET tier = 'gold'"))
+    admin.create_rule("routed", "red", "red", filter=CorrelationRuleFilter(label="paint", properties={"colour": "red"}))
+    with amqp.get_topic_sender("routed") as sender:
+        sender.send_messages([
+            ServiceBusMessage(b"small", application_properties={"qty": 1}, subject="paint"),
+            ServiceBusMessage(b"big", application_properties={"qty": 9, "colour": "red"}, subject="paint"),
+            ServiceBusMessage(b"blue", application_properties={"qty": 2, "colour": "blue"}, subject="paint"),
+        ])
+    got = {}
+    for sub in ("gold", "red"):
+        with amqp.get_subscription_receiver("routed", sub, max_wait_time=2) as receiver:
+            got[sub] = [(b"".join(m.body), dict(m.application_properties or {})) for m in receiver.receive_messages(10, max_wait_time=2)]
+    assert [body for body, _ in got["gold"]] == [b"big"]
+    assert got["gold"][0][1][b"tier"] == b"gold" and got["gold"][0][1][b"RuleName"] == b"big"  # RULES-ACT-001
+    assert [body for body, _ in got["red"]] == [b"big"]
+    admin.delete_topic("routed")
 
 
 # ------------------------------------------------------------ runtime
@@ -338,3 +451,19 @@ def test_invalid_entity_names_are_refused(broker, path: str) -> None:
     body = b"<entry xmlns='http://www.w3.org/2005/Atom'><content type='application/xml'><QueueDescription/></content></entry>"
     status, answer = raw(http, "PUT", path + "?api-version=2021-05", body=body)
     assert status == 400 and b"not a valid entity name" in answer
+
+
+def test_a_subscription_with_a_bad_default_rule_is_not_created(admin, broker) -> None:
+    _, http = broker
+    admin.create_topic("default-rule")
+    body = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><SubscriptionDescription '
+            b'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">'
+            b'<DefaultRuleDescription><Filter i:type="SqlFilter"><SqlExpression>%s</SqlExpression></Filter><Name>%s</Name>'
+            b'</DefaultRuleDescription></SubscriptionDescription></content></entry>')
+    status, answer = raw(http, "PUT", "/default-rule/Subscriptions/s?api-version=2021-05", body=body % (b"qty = = (", b"big"))
+    assert status == 400 and b"SQL filter expression is not valid" in answer
+    assert [s.name for s in admin.list_subscriptions("default-rule")] == []
+    status, _ = raw(http, "PUT", "/default-rule/Subscriptions/s?api-version=2021-05", body=body % (b"qty &gt; 5", b"big"))
+    assert status == 201
+    assert [(r.name, r.filter.sql_expression) for r in admin.list_rules("default-rule", "s")] == [("big", "qty > 5")]
+    admin.delete_topic("default-rule")

@@ -3,7 +3,7 @@
 // pipeline policy sends them over plain HTTP to the emulator's port.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { ServiceBusAdministrationClient } from "@azure/service-bus";
+import { ServiceBusAdministrationClient, ServiceBusClient } from "@azure/service-bus";
 
 const connectionString = process.env.SB_ADMIN_CONNECTION_STRING;
 if (!connectionString) throw new Error("SB_ADMIN_CONNECTION_STRING is not set");
@@ -49,6 +49,75 @@ test("topics and subscriptions", async () => {
   assert.deepEqual(subs, ["sub"]);
   assert.equal((await admin.getTopicRuntimeProperties("js-admin-t")).subscriptionCount, 1);
   await admin.deleteTopic("js-admin-t");
+});
+
+test("rules: create, get, update, list, delete; a rule made here filters what is sent", async () => {
+  await admin.createTopic("js-admin-rules");
+  await admin.createSubscription("js-admin-rules", "sub");
+  const rules = async () => {
+    const out = [];
+    for await (const r of admin.listRules("js-admin-rules", "sub")) out.push(r);
+    return out;
+  };
+  const [initial] = await rules();
+  assert.equal(initial.name, "$Default");
+  assert.equal(initial.filter.sqlExpression, "1=1");
+  await admin.deleteRule("js-admin-rules", "sub", "$Default");
+  const sql = await admin.createRule("js-admin-rules", "sub", "big", { sqlExpression: "qty > @n", sqlParameters: { "@n": 5 } },
+    { sqlExpression: "SET tier = 'gold'" });
+  assert.equal(sql.name, "big");
+  assert.deepEqual(sql.filter.sqlParameters, { "@n": 5 });
+  assert.equal(sql.action.sqlExpression, "SET tier = 'gold'");
+  await admin.createRule("js-admin-rules", "sub", "corr", { subject: "paint", applicationProperties: { colour: "red", n: 2 } });
+  const corr = await admin.getRule("js-admin-rules", "sub", "corr");
+  assert.equal(corr.filter.subject, "paint");
+  assert.deepEqual(corr.filter.applicationProperties, { colour: "red", n: 2 });
+  assert.deepEqual((await rules()).map((r) => r.name), ["big", "corr"]);
+  await assert.rejects(admin.createRule("js-admin-rules", "sub", "corr", { sqlExpression: "1=1" }),
+    (e) => e.statusCode === 409);
+  await assert.rejects(admin.createRule("js-admin-rules", "sub", "bad", { sqlExpression: "qty = = (" }),
+    (e) => e.statusCode === 400 && /SQL filter expression is not valid/.test(e.message));
+  corr.filter = { subject: "ink" };
+  await admin.updateRule("js-admin-rules", "sub", corr);
+  assert.equal((await admin.getRule("js-admin-rules", "sub", "corr")).filter.subject, "ink");
+  assert.ok(await admin.ruleExists("js-admin-rules", "sub", "big"));
+
+  const client = new ServiceBusClient(process.env.SB_CONNECTION_STRING);
+  try {
+    const sender = client.createSender("js-admin-rules");
+    await sender.sendMessages([
+      { body: "small", applicationProperties: { qty: 1 } },
+      { body: "large", applicationProperties: { qty: 9 } },
+      { body: "ink", subject: "ink" },
+      { body: "paint", subject: "paint" },
+    ]);
+    const receiver = client.createReceiver("js-admin-rules", "sub", { receiveMode: "receiveAndDelete" });
+    const got = [];
+    while (got.length < 2) {
+      const batch = await receiver.receiveMessages(10, { maxWaitTimeInMs: 2000 });
+      if (batch.length === 0) break;
+      got.push(...batch);
+    }
+    assert.deepEqual(got.map((m) => m.body).sort(), ["ink", "large"]);
+    assert.equal(got.find((m) => m.body === "large").applicationProperties.tier, "gold");
+  } finally {
+    await client.close();
+  }
+  await admin.deleteRule("js-admin-rules", "sub", "big");
+  assert.ok(!(await admin.ruleExists("js-admin-rules", "sub", "big")));
+  await admin.deleteTopic("js-admin-rules");
+});
+
+test("a subscription created with a default rule has that rule instead of $Default's true filter", async () => {
+  await admin.createTopic("js-admin-default-rule");
+  await admin.createSubscription("js-admin-default-rule", "sub", {
+    defaultRuleOptions: { name: "only-red", filter: { applicationProperties: { colour: "red" } } },
+  });
+  const names = [];
+  for await (const r of admin.listRules("js-admin-default-rule", "sub")) names.push(r.name);
+  assert.deepEqual(names, ["only-red"]);
+  assert.deepEqual((await admin.getRule("js-admin-default-rule", "sub", "only-red")).filter.applicationProperties, { colour: "red" });
+  await admin.deleteTopic("js-admin-default-rule");
 });
 
 test("namespace properties", async () => {

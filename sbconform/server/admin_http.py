@@ -12,14 +12,17 @@ azure-servicebus 7.15's ``management/_generated/operations`` sends):
 | GET | ``/{entity}``, ``/{topic}/subscriptions/{name}`` | one entry (description and runtime counts); an unknown entity is an empty feed with 200, as Service Bus answers |
 | PUT | same | create (201); with ``If-Match: *`` update (200) |
 | DELETE | same | 200; 404 if unknown |
+| GET | ``/{topic}/subscriptions/{sub}/rules?$skip=&$top=`` | a feed of the subscription's rules |
+| GET, PUT, DELETE | ``/{topic}/subscriptions/{sub}/rules/{rule}`` | one rule (``RuleDescription``); 404 if unknown, 409 on create if it exists |
 
 Every request carries a shared access signature in ``Authorization``, checked as CBS checks
 put-token (key, signature, expiry, audience covering the path). Errors are Service Bus's:
 status code and ``<Error><Code>..</Code><Detail>..</Detail></Error>``.
 
-The XML lives in ``atom.py``. The namespace model is single-threaded and belongs to the AMQP server's loop: each request
+The XML lives in ``atom.py`` (rules: ``atom_rules.py``). The namespace model is single-threaded and belongs to the AMQP server's loop: each request
 runs its model part there (``Server.call_soon``) and waits for the answer; only the XML is
-made on the HTTP thread. Rules are not served yet (501): the model has none.
+made on the HTTP thread. Rules are the model's (``reference/rules.py``): a rule created here
+filters what is sent over AMQP, and the AMQP rule operations see it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from reference import ErrorCode, ServiceBusError
+from reference import ErrorCode, Rule, ServiceBusError
+from reference.rules import RuleSet
 
 from ..amqp.codec import status_of
 from .atom import (
@@ -43,6 +47,7 @@ from .atom import (
     namespace_xml,
     parse_description,
 )
+from .atom_rules import parse_default_rule, parse_rule, rule_entry_xml, rule_feed_xml
 from .sas import TokenError, check_token
 
 log = logging.getLogger("sbconform.serve")
@@ -125,7 +130,7 @@ class AdminApi:
                 "sku": str(getattr(self.ns, "sku", self.server.config.sku)), "created": self.server.clock.epoch_ms}
 
     # -- writes
-    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
+    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str], default_rule: Any = None) -> dict[str, Any]:
         if self._kind(path) is not None or (kind != "subscription" and path.lower() in self.ns.entities):
             raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The messaging entity '{path}' already exists.")
         if kind == "queue":
@@ -134,7 +139,12 @@ class AdminApi:
             self.ns.create_topic(path, **props)
         else:
             topic, _, name = path.split("/")
+            if default_rule is not None:
+                RuleSet([default_rule])  # checked (SQL, name) before the subscription exists
             self.ns.create_subscription(topic, name, **props)
+            if default_rule is not None:  # created with this rule instead of $Default's true filter
+                self.ns.remove_rule(path, "$Default")
+                self.ns.add_rule(path, default_rule)
         self.meta.pop(path.lower(), None)
         meta = self._meta(path)
         meta["created"] = meta["updated"] = self._now()
@@ -168,6 +178,52 @@ class AdminApi:
             del self.meta[key]
         self.server._mark_all_dirty()
         log.info("entity deleted: %s '%s'", kind, path)
+
+    # -- rules (reference/rules.py: a subscription's RuleSet, names case-insensitive)
+    def _subscription(self, path: str) -> Any:
+        if self._kind(path) != "subscription":
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
+        return self.ns.subscription(path)
+
+    def _rule_found(self, sub_path: str, rule: Any) -> dict[str, Any]:
+        meta = self._meta(f"{sub_path}/Rules/{rule.name}")
+        return {"path": f"{self._name(sub_path)}/Rules/{rule.name}", "rule": rule,
+                "created": meta["created"], "updated": meta["updated"]}
+
+    def rule(self, sub_path: str, name: str) -> dict[str, Any]:
+        for rule in self.ns.list_rules(self._subscription(sub_path).path):
+            if rule.name.lower() == name.lower():
+                return self._rule_found(sub_path, rule)
+        raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The rule '{name}' of '{sub_path}' could not be found.")
+
+    def rules(self, sub_path: str, skip: int, top: int) -> list[dict[str, Any]]:
+        rules = self.ns.list_rules(self._subscription(sub_path).path)  # in the order they were added, as Service Bus lists them
+        return [self._rule_found(sub_path, r) for r in rules[skip:skip + top]]
+
+    def create_rule(self, sub_path: str, rule: Any) -> dict[str, Any]:
+        self.ns.add_rule(self._subscription(sub_path).path, rule)  # 409 if it exists; SQL checked (400)
+        self.meta.pop(f"{sub_path}/Rules/{rule.name}".lower(), None)
+        meta = self._meta(f"{sub_path}/Rules/{rule.name}")
+        meta["created"] = meta["updated"] = self._now()
+        log.info("rule created: '%s' on '%s'", rule.name, sub_path)
+        return self.rule(sub_path, rule.name)
+
+    def update_rule(self, sub_path: str, rule: Any) -> dict[str, Any]:
+        """The rule replaced in place (it keeps its place among the subscription's rules)."""
+        rules = self._subscription(sub_path).rules
+        key = rule.name.lower()
+        if key not in rules.rules:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The rule '{rule.name}' of '{sub_path}' could not be found.")
+        checked = RuleSet([rule]).list()[0]  # the model's own checks (name, SQL) before anything changes
+        rules.rules[key] = Rule(rules.rules[key].name, checked.filter, checked.action)
+        self._meta(f"{sub_path}/Rules/{rule.name}")["updated"] = self._now()
+        log.info("rule updated: '%s' on '%s'", rule.name, sub_path)
+        return self.rule(sub_path, rule.name)
+
+    def delete_rule(self, sub_path: str, name: str) -> None:
+        self.ns.remove_rule(self._subscription(sub_path).path, name)  # 404 if there is none
+        self.meta.pop(f"{sub_path}/Rules/{name}".lower(), None)
+        log.info("rule deleted: '%s' on '%s'", name, sub_path)
 
 
 # ------------------------------------------------------------------- HTTP
@@ -316,8 +372,8 @@ class AdminHttp:
             kind = lower[1][:-1]
             items = self.call(lambda: self.api.list(kind, skip, top + 1))
             return 200, feed_xml(parts[1], items[:top], host, path, skip, top, len(items) > top)
-        if len(parts) >= 3 and lower[1] == "subscriptions" and (len(parts) > 3):
-            raise HttpError(501, "rules are not served yet: the reference model has no rules")
+        if len(parts) in (4, 5) and lower[1] == "subscriptions" and lower[3] == "rules" and all(parts):
+            return self._rules(method, parts, skip, top, headers, body, host)
         if method == "GET" and len(parts) == 2 and lower[1] == "subscriptions":
             items = self.call(lambda: self.api.list("subscription", skip, top + 1, topic=parts[0]))
             return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, len(items) > top)
@@ -338,8 +394,33 @@ class AdminHttp:
             props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
             if (headers.get("If-Match") or "").strip():
                 return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
-            return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras)), host)
+            default_rule = parse_default_rule(body) if kind == "subscription" else None
+            return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras, default_rule)), host)
         raise HttpError(405, f"{method} is not supported on '/{path}'")
+
+    def _rules(self, method: str, parts: list[str], skip: int, top: int, headers: Any, body: bytes, host: str) -> tuple[int, bytes]:
+        """``/{topic}/Subscriptions/{sub}/Rules[/{rule}]``: Get, Create, Update (``If-Match: *``),
+        Delete and List Rules (https://learn.microsoft.com/previous-versions/azure/reference/hh780760(v=azure.100)):
+        201 on create, 409 if the rule exists, 404 if it or the subscription does not, 400 for
+        a body or SQL the broker refuses (the model's error as the detail), 403 past the quota."""
+        sub_path = f"{parts[0]}/Subscriptions/{parts[2]}"
+        if len(parts) == 4:
+            if method != "GET":
+                raise HttpError(405, f"{method} is not supported on a subscription's rules")
+            items = self.call(lambda: self.api.rules(sub_path, skip, top + 1))
+            return 200, rule_feed_xml(items[:top], host, "/".join(parts), skip, top, len(items) > top)
+        name = parts[4]
+        if method == "GET":
+            return 200, rule_entry_xml(self.call(lambda: self.api.rule(sub_path, name)), host)
+        if method == "DELETE":
+            self.call(lambda: self.api.delete_rule(sub_path, name))
+            return 200, b""
+        if method == "PUT":
+            rule = parse_rule(body, name)
+            if (headers.get("If-Match") or "").strip():
+                return 200, rule_entry_xml(self.call(lambda: self.api.update_rule(sub_path, rule)), host)
+            return 201, rule_entry_xml(self.call(lambda: self.api.create_rule(sub_path, rule)), host)
+        raise HttpError(405, f"{method} is not supported on a rule")
 
 
 #: an entity name: letters, digits, periods, hyphens and underscores, starting and ending with a

@@ -57,6 +57,7 @@ FIELDS = {
         "DeadLetteringOnMessageExpiration": ("dead_lettering_on_message_expiration", "bool"),
         "MaxDeliveryCount": ("max_delivery_count", "int"),
         "ForwardTo": ("forward_to", "path"),
+        "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
     },
 }
 #: the order Service Bus writes a description's elements in (its serializer is order-sensitive)
@@ -83,7 +84,7 @@ SERVICE_DEFAULTS = {
     "queue": {"IsAnonymousAccessible": False, "SupportOrdering": True, "EnableExpress": False},
     "topic": {"IsAnonymousAccessible": False, "FilteringMessagesBeforePublishing": False, "SupportOrdering": True,
               "EnableSubscriptionPartitioning": False, "EnableExpress": False},
-    "subscription": {"DeadLetteringOnFilterEvaluationExceptions": True},
+    "subscription": {},
 }
 DESCRIPTION = {"queue": "QueueDescription", "topic": "TopicDescription", "subscription": "SubscriptionDescription"}
 #: what the broker computes: never taken from a request
@@ -328,3 +329,4 @@ def parse_description(body: bytes, kind: str, namespace_path: Callable[[str], st
         except ValueError:
             raise HttpError(400, f"{name}: '{text[:60]}' is not valid") from None
     return props, extras
+

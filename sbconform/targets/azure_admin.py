@@ -103,6 +103,7 @@ class AdminProvisioner:
             client = ServiceBusAdministrationClient.from_connection_string(connection_string)
         self.client = client
         self.kinds: dict[str, str] = {}  # path -> "queue" | "topic", for what this target made
+        self.rules = True  # add-rule, remove-rule and list-rules are the client's rule calls
 
     def call(self, operation: str, **body: Any) -> Any:
         handler: Callable[..., Any] | None = getattr(self, "_" + operation.replace("-", "_"), None)
@@ -194,10 +195,76 @@ class AdminProvisioner:
             "active": info.active_message_count,
             "deferred": max(0, (info.total_message_count or 0) - counted),
             "dead_letter": info.dead_letter_message_count,
-            "scheduled": info.scheduled_message_count,
+            # a subscription's runtime properties have no scheduled count (scheduled messages wait in the topic)
+            "scheduled": getattr(info, "scheduled_message_count", 0) or 0,
             "size_bytes": getattr(info, "size_in_bytes", None),
             "availability_status": str(getattr(status, "value", status) or "available").lower(),
         }
+
+
+    # ------------------------------------------------------------------ rules
+    def _add_rule(self, path: str, rule: Any) -> dict:
+        _, topic, sub = split_path(path)
+        rule_filter, action = sdk_rule(rule)
+        self.client.create_rule(topic, sub, rule.name, filter=rule_filter, action=action)
+        return {}
+
+    def _remove_rule(self, path: str, name: str) -> dict:
+        _, topic, sub = split_path(path)
+        self.client.delete_rule(topic, sub, name)
+        return {}
+
+    def _list_rules(self, path: str) -> list[Any]:
+        _, topic, sub = split_path(path)
+        return [model_rule(r) for r in self.client.list_rules(topic, sub)]
+
+
+#: CorrelationFilter field -> the administration client's CorrelationRuleFilter keyword ("Label" is the subject)
+_CORRELATION = {"correlation_id": "correlation_id", "message_id": "message_id", "to": "to", "reply_to": "reply_to",
+                "subject": "label", "session_id": "session_id", "reply_to_session_id": "reply_to_session_id",
+                "content_type": "content_type"}
+
+
+def sdk_rule(rule: Any) -> tuple[Any, Any]:
+    """A ``reference.Rule``'s filter and action as the administration client's objects."""
+    from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, SqlRuleAction, SqlRuleFilter, TrueRuleFilter
+
+    from reference import CorrelationFilter, FalseFilter, SqlFilter, TrueFilter
+
+    f = rule.filter
+    if isinstance(f, TrueFilter):
+        out: Any = TrueRuleFilter()
+    elif isinstance(f, FalseFilter):
+        out = FalseRuleFilter()
+    elif isinstance(f, SqlFilter):
+        out = SqlRuleFilter(f.expression, parameters=dict(f.parameters) or None)
+    elif isinstance(f, CorrelationFilter):
+        fields = {arg: getattr(f, field) for field, arg in _CORRELATION.items() if getattr(f, field) is not None}
+        out = CorrelationRuleFilter(**fields, properties=dict(f.properties) or None)
+    else:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown filter {f!r}")
+    action = None if rule.action is None else SqlRuleAction(rule.action.expression, parameters=dict(rule.action.parameters) or None)
+    return out, action
+
+
+def model_rule(props: Any) -> Any:
+    """An administration client ``RuleProperties`` as a ``reference.Rule``."""
+    from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, TrueRuleFilter
+
+    from reference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
+
+    f = props.filter
+    if isinstance(f, TrueRuleFilter):
+        out: Any = TrueFilter()
+    elif isinstance(f, FalseRuleFilter):
+        out = FalseFilter()
+    elif isinstance(f, CorrelationRuleFilter):
+        fields = {field: getattr(f, arg) for field, arg in _CORRELATION.items() if getattr(f, arg) is not None}
+        out = CorrelationFilter(**fields, properties=dict(f.properties or {}))
+    else:
+        out = SqlFilter(f.sql_expression, dict(getattr(f, "parameters", None) or {}))
+    action = props.action
+    return Rule(props.name, out, None if action is None else SqlRuleAction(action.sql_expression, dict(action.parameters or {})))
 
 
 _ERRORS = {
@@ -209,6 +276,11 @@ _ERRORS = {
 
 
 def _translate(error: Exception) -> ServiceBusError:
+    status = getattr(error, "status_code", None)
+    if status == 403:  # "Quota exceeded" (Create Rule, Create Queue: 403)
+        return ServiceBusError(ErrorCode.QUOTA_EXCEEDED, str(error).splitlines()[0][:500], transient=False)
+    if status == 503:  # "Service unavailable" (an entity or partition down): transient
+        return ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, str(error).splitlines()[0][:500], transient=True)
     for cls in type(error).__mro__:
         if cls.__name__ in _ERRORS:
             return ServiceBusError(_ERRORS[cls.__name__], str(error).splitlines()[0][:500] if str(error) else cls.__name__)

@@ -31,6 +31,9 @@ class ServeProcess:
             rest = self.process.stdout.read() if self.process.poll() is not None else ""  # type: ignore[union-attr]
             raise RuntimeError(f"sbconform serve did not start: {first}{rest}")
         self.port = int(match[1])
+        # the management REST API's port, on the same line ("management API on http://host:port")
+        http = re.search(r"management API on http://[^:\s]+:(\d+)", first)
+        self.http_port = int(http[1]) if http else None
         self.connection_string = self.process.stdout.readline().strip()  # type: ignore[union-attr]
         # keep draining the output so the child never blocks on a full pipe
         threading.Thread(target=self._drain, daemon=True).start()
