@@ -467,3 +467,27 @@ def test_a_subscription_with_a_bad_default_rule_is_not_created(admin, broker) ->
     assert status == 201
     assert [(r.name, r.filter.sql_expression) for r in admin.list_rules("default-rule", "s")] == [("big", "qty > 5")]
     admin.delete_topic("default-rule")
+
+
+def test_forward_dead_lettered_messages_to_is_set_read_and_applied(admin, amqp) -> None:
+    """ForwardDeadLetteredMessagesTo (SETTLE-FWD-002) over the REST API: set at creation on a
+    queue and on a subscription, read back, and applied: a message dead-lettered there arrives
+    at the destination. It used to be dropped (the emulator certification failed SETTLE-FWD-002)."""
+    admin.create_queue("fwd-dlq-sink")
+    admin.create_queue("fwd-dlq-src", forward_dead_lettered_messages_to="fwd-dlq-sink")
+    admin.create_topic("fwd-dlq-topic")
+    admin.create_subscription("fwd-dlq-topic", "s", forward_dead_lettered_messages_to="fwd-dlq-sink")
+    assert admin.get_queue("fwd-dlq-src").forward_dead_lettered_messages_to.endswith("fwd-dlq-sink")
+    assert admin.get_subscription("fwd-dlq-topic", "s").forward_dead_lettered_messages_to.endswith("fwd-dlq-sink")
+    with amqp.get_queue_sender("fwd-dlq-src") as s:
+        s.send_messages(ServiceBusMessage(b"bad", message_id="dl1"))
+    with amqp.get_queue_receiver("fwd-dlq-src", max_wait_time=5) as r:
+        (m,) = r.receive_messages(1, max_wait_time=5)
+        r.dead_letter_message(m, reason="why")
+    with amqp.get_queue_receiver("fwd-dlq-sink", max_wait_time=5) as r:
+        (got,) = r.receive_messages(1, max_wait_time=5)
+        r.complete_message(got)
+    assert got.message_id == "dl1"
+    admin.delete_queue("fwd-dlq-src")
+    admin.delete_topic("fwd-dlq-topic")
+    admin.delete_queue("fwd-dlq-sink")

@@ -321,3 +321,16 @@ def test_a_config_may_forward_to_an_entity_listed_after_its_source() -> None:
         "Topics": [{"Name": "t", "Properties": {}, "Subscriptions": [{"Name": "s", "Properties": {"ForwardTo": "b"}}]}]}]}})
     ns = config.build()
     assert ns.describe("a").forward_to == "t" and ns.describe("t/Subscriptions/s").forward_to == "b"
+
+
+def test_a_config_forwards_dead_lettered_messages() -> None:
+    """ForwardDeadLetteredMessagesTo in Config.json is applied (SETTLE-FWD-002); it used to be ignored."""
+    from sbconform.server.config import parse_config
+
+    config = parse_config({"UserConfig": {"Namespaces": [{"Name": "n",
+        "Queues": [{"Name": "a", "Properties": {"ForwardDeadLetteredMessagesTo": "b"}}, {"Name": "b", "Properties": {}}],
+        "Topics": [{"Name": "t", "Properties": {}, "Subscriptions": [
+            {"Name": "s", "Properties": {"ForwardDeadLetteredMessagesTo": "b"}}]}]}]}})
+    ns = config.build()
+    assert ns.describe("a").forward_dead_lettered_messages_to == "b"
+    assert ns.describe("t/Subscriptions/s").forward_dead_lettered_messages_to == "b"

@@ -471,6 +471,7 @@ def _mutated(change) -> dict:
     (lambda d, ns: ns["Queues"][0].__setitem__("Name", "q/$DeadLetterQueue"), rf"{NS}\.Queues\[0\]\.Name"),
     (lambda d, ns: ns["Queues"][0].__setitem__("Name", "t/Subscriptions/s"), rf"{NS}\.Queues\[0\]\.Name: .*Subscriptions"),
     (lambda d, ns: ns["Queues"][0]["Properties"].__setitem__("ForwardTo", "nowhere"), rf"{NS}\.Queues\[0\]\.Properties\.ForwardTo: .*'nowhere'"),
+    (lambda d, ns: ns["Queues"][0]["Properties"].__setitem__("ForwardDeadLetteredMessagesTo", "nowhere"), rf"{NS}\.Queues\[0\]\.Properties\.ForwardDeadLetteredMessagesTo: .*'nowhere'"),
     (lambda d, ns: ns.__setitem__("Topics", [{"Name": "t", "Subscriptions": [{"Name": "a/b"}]}]), rf"{NS}\.Topics\[0\]\.Subscriptions\[0\]\.Name"),
 ])
 def test_strict_configuration(change, where: str) -> None:

@@ -39,6 +39,7 @@ FIELDS = {
         "DuplicateDetectionHistoryTimeWindow": ("duplicate_detection_history_time_window", "duration"),
         "MaxDeliveryCount": ("max_delivery_count", "int"),
         "ForwardTo": ("forward_to", "path"),
+        "ForwardDeadLetteredMessagesTo": ("forward_dead_lettered_messages_to", "path"),
         "EnablePartitioning": ("enable_partitioning", "bool"),
         "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
     },
@@ -57,6 +58,7 @@ FIELDS = {
         "DeadLetteringOnMessageExpiration": ("dead_lettering_on_message_expiration", "bool"),
         "MaxDeliveryCount": ("max_delivery_count", "int"),
         "ForwardTo": ("forward_to", "path"),
+        "ForwardDeadLetteredMessagesTo": ("forward_dead_lettered_messages_to", "path"),
         "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
     },
 }

@@ -46,13 +46,14 @@ _PROPERTIES = {
     "DuplicateDetectionHistoryTimeWindow": ("duplicate_detection_history_time_window", "duration"),
     "RequiresSession": ("requires_session", "bool"),
     "ForwardTo": ("forward_to", "path"),
+    "ForwardDeadLetteredMessagesTo": ("forward_dead_lettered_messages_to", "path"),
     "EnablePartitioning": ("enable_partitioning", "bool"),
     "MaxSizeInMegabytes": ("max_size_in_megabytes", "int"),
     "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
     "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
 }
 #: accepted but without effect in the model
-_IGNORED = {"ForwardDeadLetteredMessagesTo", "Status", "AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
+_IGNORED = {"Status", "AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
 
 #: the keys each object of the file may hold (the emulator's schema and our extensions);
 #: any other key is an error naming its JSON path
@@ -125,6 +126,13 @@ class Config:
 
 #: entity properties naming another entity, set after every entity exists
 FORWARDING = ("forward_to", "forward_dead_lettered_messages_to")
+_FORWARDING_KEYS = {"forward_to": "ForwardTo", "forward_dead_lettered_messages_to": "ForwardDeadLetteredMessagesTo"}
+
+
+def _forwards(at: str, name: str, props: dict) -> list[tuple[str, str, str]]:
+    """(JSON path, entity, destination) of each forwarding property set on one entity."""
+    return [(f"{at}.Properties.{key}", name, props[field]) for field, key in _FORWARDING_KEYS.items()
+            if props.get(field) is not None]
 
 
 def iso_duration_ms(text: str) -> int:
@@ -283,7 +291,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             at = f"{where}.Queues[{i}]"
             name = _name(q, at, "queue")
             config.queues.append((name, _properties(q.get("Properties"), f"{at}.Properties")))
-            forwards.append((f"{at}.Properties.ForwardTo", name, config.queues[-1][1].get("forward_to")))
+            forwards += _forwards(at, name, config.queues[-1][1])
         for i, t in enumerate(_list(ns, "Topics", where)):
             at = f"{where}.Topics[{i}]"
             name = _name(t, at, "topic")
@@ -297,9 +305,9 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
                     raise ConfigError(str(error)) from None
                 if rules is not None:
                     config.rules[(name, subs[-1][0])] = rules
-                forwards.append((f"{sat}.Properties.ForwardTo", f"{name}/Subscriptions/{subs[-1][0]}", subs[-1][1].get("forward_to")))
+                forwards += _forwards(sat, f"{name}/Subscriptions/{subs[-1][0]}", subs[-1][1])
             config.topics.append((name, _properties(t.get("Properties"), f"{at}.Properties"), subs))
-            forwards.append((f"{at}.Properties.ForwardTo", name, config.topics[-1][1].get("forward_to")))
+            forwards += _forwards(at, name, config.topics[-1][1])
         entities = {n.lower() for n, _ in config.queues} | {n.lower() for n, _, _ in config.topics}
         for at, name, target in forwards:
             if target is None:

@@ -31,7 +31,7 @@ FIELDS = {
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_duplicate_detection", "duplicate_detection_history_time_window", "requires_session",
         "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning", "forward_to",
+        "enable_partitioning", "forward_to", "forward_dead_lettered_messages_to",
     }),
     "topic": frozenset({
         "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
@@ -41,7 +41,7 @@ FIELDS = {
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
-        "dead_lettering_on_filter_evaluation_exceptions",
+        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions",
     }),
 }
 
