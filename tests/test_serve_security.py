@@ -666,3 +666,23 @@ def test_memory_stays_bounded_under_continuation_frames_and_peers_that_do_not_re
         assert peak < 400 * 1024 * 1024, f"server RSS reached {peak / 2**20:.0f} MiB"
     finally:
         serve.stop()
+
+
+def test_a_message_decoded_from_the_wire_skips_the_trial_encoding_only_when_it_is_plain() -> None:
+    """The door's trial encoding (a message the server could not deliver again is refused)
+    is skipped for plain messages; the envelope a decoded message carries is raw bytes the
+    codec writes back verbatim, so a decoded plain message is plain (one encode per
+    delivery, not two: benchmarks/sdk_throughput.py), and a decoded value the encoder writes
+    anew that is not plain still sends it to the trial."""
+    import dataclasses
+
+    from proton import Message as ProtonMessage
+
+    from sbconform.amqp import codec
+    from sbconform.server.limits import plain
+
+    wire = ProtonMessage(body=b"x", id="m1", properties={"n": 1}).encode()
+    decoded = codec.decode(wire, 0)
+    assert isinstance(decoded.wire, codec.Envelope) and plain(decoded)
+    odd = dataclasses.replace(decoded, wire=dataclasses.replace(decoded.wire, texts=((0, 2**70),)))
+    assert not plain(odd)

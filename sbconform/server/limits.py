@@ -17,6 +17,8 @@ from typing import Any, Mapping
 from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
 from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
 
+from ..amqp.codec import Envelope
+
 MiB = 1024 * 1024
 
 
@@ -103,11 +105,19 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 def plain(message: Any) -> bool:
     """Every field of a model message (and every application property value) a plain
     scalar within range: such a message is encoded again by construction, so the server
-    skips its trial encoding (half of a send's cost). Anything else is tried."""
+    skips its trial encoding (half of a send's cost). Anything else is tried.
+
+    The envelope a message came in (``amqp.codec.Envelope``) is raw bytes the codec itself
+    cut out of the frame and writes back verbatim; what the encoder writes anew from it is
+    its decoded property values (``texts``) and the assigned MessageId: those are checked."""
     names = _FIELDS.get(type(message))
     if names is None:
         names = _FIELDS[type(message)] = tuple(f.name for f in fields(message) if f.name != "application_properties")
     for name in names:
-        if not _plain_value(getattr(message, name)):
+        value = getattr(message, name)
+        if isinstance(value, Envelope):
+            if not (all(_plain_value(t) for _, t in value.texts) and _plain_value(value.assigned_message_id)):
+                return False
+        elif not _plain_value(value):
             return False
     return all(_plain_value(v) for v in message.application_properties.values())
