@@ -1,8 +1,10 @@
 """The namespace: entities by path, connections, and the operations clients call.
 
 This is the reference broker's front door. Every operation takes the connection it
-arrives on (locks belong to connections: SETTLE-LOCK-009) and reads the namespace's
-virtual clock. Failures raise ``ServiceBusError``, each with its own tracking id
+arrives on and reads the namespace's virtual clock. A message lock is held by the
+connection that received the message and is lost with it (SETTLE-LOCK-009), but it
+belongs to the entity: any connection may settle or renew it there by its token
+(SETTLE-LOCK-011); a session's messages are settled by the session's holder only. Failures raise ``ServiceBusError``, each with its own tracking id
 (SETTLE-SEND-002).
 
 Where Service Bus may legitimately answer in more than one way, the choice is a

@@ -284,7 +284,9 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
 
     def _lock(self, msg: StoredMessage, holder: int, locked_until: int, track: bool = True) -> None:
         """SETTLE-LOCK-001: lock ``msg`` for ``holder`` until ``locked_until``; ``track``
-        puts the deadline in the lock queue (session messages follow their session lock)."""
+        puts the deadline in the lock queue (session messages follow their session lock).
+        The holder is the connection that received the message: its locks are lost with it
+        (SETTLE-LOCK-009); who may settle the lock is another matter (SETTLE-LOCK-011)."""
         token = self.next_lock_token()
         msg.state = LOCKED
         msg.lock_token = token
@@ -305,15 +307,19 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
     # ---------------------------------------------------------- settlement
 
     def locked_message(self, now: int, holder: int, lock_token: int) -> StoredMessage:
-        """The message behind a lock this holder still owns, or the lock-lost error.
+        """The message behind a live lock of this store, or the lock-lost error.
 
-        A lock that expired, was settled, or was lost with its connection is gone
-        (SETTLE-LOCK-008, SETTLE-LOCK-009); so is a lock held by someone else.
+        SETTLE-LOCK-011: a message lock belongs to the entity, not to the receiver that
+        took the message: any receiver of this store may settle or renew it by its token,
+        and ``holder`` (who asks) does not matter. A token of another store is unknown
+        here. A lock that expired, was settled, or was lost with its connection is gone
+        (SETTLE-LOCK-008, SETTLE-LOCK-009, SETTLE-COMP-002). Session messages follow the
+        session lock instead: only the session's holder settles them (SETTLE-SESS-002).
         """
         if now >= self._due:
             self.tick(now)
         msg = self.locks.get(lock_token)
-        if msg is not None and msg.holder == holder and not self.requires_session:
+        if msg is not None and not self.requires_session:
             return msg  # the usual case
         if msg is not None and msg.session_id is not None and self.requires_session:
             session = self.sessions[msg.session_id]
@@ -323,12 +329,10 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                     f"The session lock on session '{msg.session_id}' was lost; the message cannot be settled.",
                 )
             return msg
-        if msg is None or msg.holder != holder:
-            raise ServiceBusError(
-                ErrorCode.SESSION_LOCK_LOST if self.requires_session else ErrorCode.MESSAGE_LOCK_LOST,
-                "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.",
-            )
-        return msg
+        raise ServiceBusError(
+            ErrorCode.SESSION_LOCK_LOST if self.requires_session else ErrorCode.MESSAGE_LOCK_LOST,
+            "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.",
+        )
 
     def complete(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-COMP-001: the message is removed."""
@@ -350,7 +354,9 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
 
 
     def renew_lock(self, now: int, holder: int, lock_token: int) -> int:
-        """SETTLE-LOCK-004: the holder extends the lock by the lock duration, from now."""
+        """SETTLE-LOCK-004: the lock is extended by the lock duration, from now; any receiver
+        of the store may renew it (SETTLE-LOCK-011), and it stays its holder's lock
+        (lost with the holder's connection: SETTLE-LOCK-009)."""
         msg = self.locked_message(now, holder, lock_token)
         if self.requires_session:
             raise ServiceBusError(

@@ -42,21 +42,41 @@ class CompleteIgnored(Mutant):
         self.namespace.renew_lock(receiver.private, receiver.path, self._token(message))
 
 
-class AnyoneMaySettle(Mutant):
-    """Lets any receiver settle a lock it does not hold (SETTLE-LOCK-011)."""
+class OnlyHolderSettles(Mutant):
+    """Refuses a lock token from any receiver but the one that took the message, with
+    message-lock-lost, as if the lock belonged to the receiver and not to the entity
+    (SETTLE-LOCK-011: the reading the catalog held before issue 14)."""
 
-    name = "mutant-anyone-settles"
+    name = "mutant-only-holder-settles"
 
-    def _holder(self, receiver, message):
+    def _refuse_others(self, receiver, message) -> None:
         store = self.namespace.receiving_store(receiver.path)
-        lock = store.locks.get(message.lock_token)
-        return lock.holder if lock is not None else receiver.private
+        lock = store.locks.get(self._token(message))
+        if lock is not None and lock.holder != receiver.private:
+            raise ServiceBusError(
+                ErrorCode.MESSAGE_LOCK_LOST,
+                "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.",
+            )
 
     def complete(self, receiver, message):
-        self.namespace.complete(self._holder(receiver, message), receiver.path, self._token(message))
+        self._refuse_others(receiver, message)
+        super().complete(receiver, message)
 
     def abandon(self, receiver, message):
-        self.namespace.abandon(self._holder(receiver, message), receiver.path, self._token(message))
+        self._refuse_others(receiver, message)
+        super().abandon(receiver, message)
+
+    def defer(self, receiver, message):
+        self._refuse_others(receiver, message)
+        super().defer(receiver, message)
+
+    def dead_letter(self, receiver, message, reason=None, description=None):
+        self._refuse_others(receiver, message)
+        super().dead_letter(receiver, message, reason, description)
+
+    def renew_lock(self, receiver, message):
+        self._refuse_others(receiver, message)
+        return super().renew_lock(receiver, message)
 
 
 class ExpiredLockSettles(Mutant):
@@ -123,7 +143,7 @@ class PingsDelivered(Mutant):
         return out
 
 
-MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, AnyoneMaySettle, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
+MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
 #: Mutants of paired-namespace behaviour: the settlement differential machine does not
 #: exercise them (tests/test_paired_stateful.py does).

@@ -9,7 +9,8 @@ counts) must agree with it:
 - every accepted message is in exactly one of active / locked / deferred / scheduled /
   dead-lettered / completed / expired;
 - a locked message is never handed to another receiver;
-- only the current lock holder can settle or renew;
+- a live lock can be settled or renewed by any connection, by its token (the lock belongs
+  to the entity: SETTLE-LOCK-011); once it is gone, every settlement with it fails;
 - the delivery count is exact, and bounded by the max delivery count while active;
 - sequence numbers strictly increase per entity.
 """
@@ -154,7 +155,7 @@ class SettlementMachine(ModelMachine):
         self._expire_locks()
         token, mid = data.draw(st.sampled_from(self.issued))
         lock = self.locks.get(token)
-        holder = lock is not None and lock.conn == self.conns[conn]
+        live = lock is not None  # SETTLE-LOCK-011: whichever connection asks
         store = lock.store if lock is not None else (DLQ if self.msgs[mid].in_dlq else MAIN)
         c = self.conns[conn]
         try:
@@ -169,13 +170,13 @@ class SettlementMachine(ModelMachine):
             else:
                 until = self.ns.renew_lock(c, store, token)
         except ServiceBusError as error:
-            if holder and op == "dead-letter" and store == DLQ:
+            if live and op == "dead-letter" and store == DLQ:
                 assert error.code is ErrorCode.INVALID_OPERATION, "SETTLE-DLQ-004"
                 return
-            assert not holder, f"the holder's {op} failed: {error}"
-            assert error.code is ErrorCode.MESSAGE_LOCK_LOST, f"{op} without the lock: {error.code} (SETTLE-LOCK-011)"
+            assert not live, f"{op} of a live lock by connection {conn} failed (SETTLE-LOCK-011): {error}"
+            assert error.code is ErrorCode.MESSAGE_LOCK_LOST, f"{op} of a lock that is gone: {error.code} (SETTLE-LOCK-008)"
             return
-        assert holder, f"{op} succeeded without holding the lock (SETTLE-LOCK-011)"
+        assert live, f"{op} succeeded with a lock that is gone (SETTLE-LOCK-008, SETTLE-COMP-002)"
         assert not (op == "dead-letter" and store == DLQ), "dead-lettered out of the dead-letter queue (SETTLE-DLQ-004)"
         m = self.msgs[mid]
         if op == "complete":

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FOR = {
     "mutant-delivery-count": "an_expired_lock_makes_the_message_available_again",
     "mutant-complete-ignored": "a_completed_message_is_gone_for_good",
-    "mutant-anyone-settles": "only_the_lock_holder_can_settle_or_renew",
+    "mutant-only-holder-settles": "another_receiver_of_the_entity",
     "mutant-expired-lock-settles": "settling_or_renewing_an_expired_lock",
     "mutant-defer-loses": "any_receiver_can_take_a_deferred_message",
     "mutant-abandon-waits": "abandon_makes_the_message_available_at_once",

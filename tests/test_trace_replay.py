@@ -326,6 +326,63 @@ def test_a_settlement_after_the_lock_expired_is_a_violation_and_before_it_is_not
             assert result["clause"] == CLAUSES["settled-after-lock-expiry"] == "SETTLE-LOCK-008"
 
 
+def _received_by_c1():
+    t = Trace()
+    t.send(2, 1)
+    t.op(3, "receive", "c1", args=RECV)
+    t.done(3, "receive", "c1", deliveries=[delivery(1, "L1")])
+    return t
+
+
+@pytest.mark.parametrize("op", ["complete", "abandon", "defer", "dead-letter", "renew-lock"])
+def test_another_client_settling_or_renewing_a_lock_by_its_token_is_valid(op):
+    """SETTLE-LOCK-011: the lock belongs to the entity; any client of it settles it by token."""
+    t = _received_by_c1()
+    t.op(4, op, "c2", lock="L1", seq=1)
+    t.done(4, op, "c2", lock="L1", seq=1)
+    result = t.check()
+    assert result["status"] == "valid", result
+    assert "settled-by-other-holder" not in CLAUSES
+
+
+@pytest.mark.parametrize("first", ["complete", "abandon", "defer", "dead-letter"])
+def test_the_holder_settling_after_another_client_settled_the_lock_is_a_violation(first):
+    """Once another client settled the lock it is gone: the holder's settlement must fail
+    (SETTLE-COMP-002); failing, it is valid."""
+    for phase, status in (("fail", "valid"), ("ok", "violation")):
+        t = _received_by_c1()
+        t.op(4, first, "c2", lock="L1", seq=1)
+        t.done(4, first, "c2", lock="L1", seq=1)
+        t.t = 100
+        t.op(5, "complete", "c1", lock="L1", seq=1)
+        t.done(5, "complete", "c1", phase=phase, lock="L1", seq=1)
+        result = t.check()
+        assert result["status"] == status, (first, phase, result)
+        if status == "violation":
+            assert result["kind"] == "settled-twice" and result["clause"] == "SETTLE-COMP-002", result
+            assert result["pos"] == t.rows[-1]["pos"], result
+
+
+def test_the_holder_settles_after_another_client_renewed_its_lock_past_the_first_expiry():
+    t = _received_by_c1()
+    t.t = 4000
+    t.op(4, "renew-lock", "c2", lock="L1", seq=1)
+    t.done(4, "renew-lock", "c2", lock="L1", seq=1)
+    t.t = 8000  # past the first lock (5 s), within the renewed one
+    t.op(5, "complete", "c1", lock="L1", seq=1)
+    t.done(5, "complete", "c1", lock="L1", seq=1)
+    assert t.check()["status"] == "valid"
+
+
+def test_a_settlement_with_a_lock_this_entity_never_issued_is_a_violation():
+    t = _received_by_c1()
+    t.op(4, "complete", "c2", lock="L-elsewhere", seq=1)
+    t.done(4, "complete", "c2", lock="L-elsewhere", seq=1)
+    result = t.check()
+    assert result["status"] == "violation" and result["kind"] == "unknown-lock", result
+    assert result["clause"] == CLAUSES["unknown-lock"] == "SETTLE-LOCK-011"
+
+
 def test_operations_the_checker_does_not_model_make_the_piece_unknown():
     t = Trace()
     t.op(2, "schedule", message_id="m1", args=json.dumps({"enqueue_time": 100}))

@@ -22,7 +22,7 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue  # noqa: E402
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader  # noqa: E402
 from proton import (  # noqa: E402
-    Array, Data, Described, Message, byte, char, decimal32, decimal64, decimal128, int32, short, symbol, timestamp, ubyte, uint,
+    Array, Data, Delivery, Described, Message, byte, char, decimal32, decimal64, decimal128, int32, short, symbol, timestamp, ubyte, uint,
     ulong, ushort,
 )
 from proton.reactor import AtLeastOnce  # noqa: E402
@@ -519,12 +519,13 @@ def test_python_auto_lock_renewal_keeps_a_short_lock(server) -> None:
     assert failures == []
 
 
-def _disposition(client: RawClient, path: str, token: uuid.UUID) -> dict:
-    client.authorize(path)
+def _request(client: RawClient, path: str, operation: str, body: dict, authorize: bool = True) -> dict:
+    """One request to ``path``'s $management node; the answer's application properties."""
+    if authorize:
+        client.authorize(path)
     replies = client.conn.create_receiver(f"{path}/$management", credit=1)
     sender = client.conn.create_sender(f"{path}/$management")
-    request = Message(body={"disposition-status": "completed", "lock-tokens": Array(0, Data.UUID, token)},
-                      properties={"operation": "com.microsoft:update-disposition"})
+    request = Message(body=body, properties={"operation": operation})
     request.id = uuid.uuid4()
     request.reply_to = f"{path}/$management"
     sender.send(request)
@@ -535,31 +536,65 @@ def _disposition(client: RawClient, path: str, token: uuid.UUID) -> dict:
     return answer.properties
 
 
+def _disposition(client: RawClient, path: str, token: uuid.UUID, authorize: bool = True) -> dict:
+    return _request(client, path, "com.microsoft:update-disposition",
+                    {"disposition-status": "completed", "lock-tokens": Array(0, Data.UUID, token)}, authorize)
+
+
+def _accept_on_link(client: RawClient, delivery) -> tuple[int, str | None]:
+    """An AMQP disposition (accepted, unsettled) of a delivery on its receive link; the broker's
+    outcome and the error condition it carries, if any."""
+    delivery.update(Delivery.ACCEPTED)
+    client.conn.wait(lambda: delivery.remote_state in (Delivery.ACCEPTED, Delivery.REJECTED), timeout=10,
+                     msg="no outcome for the disposition")
+    condition = delivery.remote.condition
+    return delivery.remote_state, (str(condition.name) if condition is not None else None)
+
+
 def test_settlement_by_lock_token_through_management_links(server, raw: RawClient) -> None:
-    """Any management link of the connection holding the lock settles it by token (the
-    JavaScript SDK shares one connection among its receivers); another connection's request
-    is refused with message-lock-lost (SETTLE-LOCK-011; spec/wire.md, open questions)."""
-    for i in range(2):
+    """SETTLE-LOCK-011: a lock belongs to the entity. Another connection authorised on the entity
+    settles or renews a lock by its token through its own management link, as the holder would;
+    the holder's own disposition of that delivery then fails with message-lock-lost (the lock is
+    gone). A connection with no token for the entity is refused, and another entity's management
+    node does not know the token: both leave the lock in place."""
+    server.call_soon(lambda: server.namespace.create_queue("crosslock", lock_duration=30_000))
+    time.sleep(0.2)
+    for i in range(3):
         m = Message(body=b"x", inferred=True)
         m.id = f"held-{i}"
-        raw.send("sections", m)
-    raw.authorize("sections")
-    fetcher = RawFetcher(raw.conn, 2)
-    link = raw.conn.container.create_receiver(raw.conn.conn, "sections", handler=fetcher)
-    receiver = BlockingReceiver(raw.conn, link, fetcher, credit=2)
+        raw.send("crosslock", m)
+    raw.authorize("crosslock")
+    fetcher = RawFetcher(raw.conn, 3)
+    link = raw.conn.container.create_receiver(raw.conn.conn, "crosslock", handler=fetcher)
+    receiver = BlockingReceiver(raw.conn, link, fetcher, credit=3)
     tokens = []
-    for _ in range(2):
+    for _ in range(3):
         receiver.receive(timeout=10)
         tokens.append(uuid.UUID(bytes_le=_raw_tag(fetcher.unsettled[-1])))  # the delivery tag is the lock token
-    other = RawClient(server.port)
+    completed, renewed, kept = fetcher.unsettled
+    other, stranger = RawClient(server.port), RawClient(server.port)
     try:
-        refused = _disposition(other, "sections", tokens[0])
-        assert refused["statusCode"] == 410 and refused["errorCondition"] == "com.microsoft:message-lock-lost"
+        refused = _disposition(stranger, "crosslock", tokens[2], authorize=False)
+        assert refused["statusCode"] == 401, refused
+        unknown = _disposition(other, "sections", tokens[2])  # a token of another entity
+        assert unknown["statusCode"] == 410 and unknown["errorCondition"] == "com.microsoft:message-lock-lost", unknown
+        done = _disposition(other, "crosslock", tokens[0])
+        assert done["statusCode"] == 200, done
+        again = _disposition(other, "crosslock", tokens[0])  # settled once: the lock is gone
+        assert again["statusCode"] == 410 and again["errorCondition"] == "com.microsoft:message-lock-lost", again
+        renewal = _request(other, "crosslock", "com.microsoft:renew-lock", {"lock-tokens": Array(0, Data.UUID, tokens[1])})
+        assert renewal["statusCode"] == 200, renewal
     finally:
         other.close()
-    assert _disposition(raw, "sections", tokens[0])["statusCode"] == 200
-    assert _disposition(raw, "sections", tokens[1])["statusCode"] == 200
+        stranger.close()
+    assert _accept_on_link(raw, completed) == (Delivery.REJECTED, "com.microsoft:message-lock-lost")
+    lost = _disposition(raw, "crosslock", tokens[0])
+    assert lost["statusCode"] == 410 and lost["errorCondition"] == "com.microsoft:message-lock-lost", lost
+    assert _accept_on_link(raw, renewed) == (Delivery.ACCEPTED, None)  # renewed by another: still the holder's to settle
+    assert _accept_on_link(raw, kept) == (Delivery.ACCEPTED, None)  # the refused requests left it in place
     receiver.close()
+    nothing_left = _request(raw, "crosslock", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 10})
+    assert nothing_left["statusCode"] == 204, nothing_left  # the other connection's complete removed held-0
 
 
 def _raw_tag(delivery) -> bytes:

@@ -1,6 +1,8 @@
 Feature: Peek-lock locks
-  A peek-locked message is the receiver's alone until it settles it, renews it, loses
-  its connection, or the lock duration passes.
+  A peek-locked message is invisible to other receives until it is settled, its lock is
+  renewed past the lock duration, its receiver loses its connection, or the lock duration
+  passes. The lock belongs to the entity: any receiver of it may settle or renew the lock
+  by its token (SETTLE-LOCK-011).
 
   Background:
     Given a queue "q" with lock duration 5 seconds and max delivery count 3
@@ -100,11 +102,71 @@ Feature: Peek-lock locks
     Then receiver "A" got "m1" with delivery count 2
 
   @SETTLE-LOCK-011
-  Scenario Outline: Only the lock holder can settle or renew
+  Scenario: Another receiver of the entity completes a message by its lock token
     Given message "m1" is sent to "q"
     And receiver "B" on "q"
     When receiver "A" on "q" receives 1 message
-    And receiver "B" <operation> the message "m1" that "A" holds
+    And receiver "B" completes the message "m1" that "A" holds
+    Then the operation succeeds
+    And peeking "q" shows nothing
+    And receiver "A" completes "m1"
+    And the operation fails with "message-lock-lost"
+
+  @SETTLE-LOCK-011 @SETTLE-LOCK-010
+  Scenario: Another receiver of the entity abandons a message by its lock token
+    Given message "m1" is sent to "q"
+    And receiver "B" on "q"
+    When receiver "A" on "q" receives 1 message
+    And receiver "B" abandons the message "m1" that "A" holds
+    Then the operation succeeds
+    And receiver "A" completes "m1"
+    And the operation fails with "message-lock-lost"
+    And receiver "B" receives 1 message
+    And receiver "B" got "m1" with delivery count 2
+
+  @SETTLE-LOCK-011
+  Scenario: Another receiver of the entity defers a message by its lock token
+    Given message "m1" is sent to "q"
+    And receiver "B" on "q"
+    When receiver "A" on "q" receives 1 message
+    And receiver "B" defers the message "m1" that "A" holds
+    Then the operation succeeds
+    And peeking "q" shows "m1" in state "deferred"
+    And receiver "A" completes "m1"
+    And the operation fails with "message-lock-lost"
+
+  @SETTLE-LOCK-011
+  Scenario: Another receiver of the entity dead-letters a message by its lock token
+    Given message "m1" is sent to "q"
+    And receiver "B" on "q"
+    When receiver "A" on "q" receives 1 message
+    And receiver "B" dead-letters the message "m1" that "A" holds
+    Then the operation succeeds
+    And peeking "q" shows nothing
+    And peeking "q/$DeadLetterQueue" shows "m1"
+    And receiver "A" dead-letters "m1"
+    And the operation fails with "message-lock-lost"
+
+  @SETTLE-LOCK-011 @SETTLE-LOCK-004
+  Scenario: Another receiver of the entity renews a lock by its token, and the holder settles it
+    Given message "m1" is sent to "q"
+    And receiver "B" on "q"
+    When receiver "A" on "q" receives 1 message
+    And 3 seconds pass
+    And receiver "B" renews the lock on the message "m1" that "A" holds
+    Then "m1" is locked until 5 seconds after the renewal
+    And 3 seconds pass
+    And receiver "A" completes "m1"
+    And the operation succeeds
+    And peeking "q" shows nothing
+
+  @SETTLE-LOCK-011
+  Scenario Outline: A lock token is unknown to another entity
+    Given a queue "other"
+    And message "m1" is sent to "q"
+    And receiver "C" on "other"
+    When receiver "A" on "q" receives 1 message
+    And receiver "C" <operation> the message "m1" that "A" holds
     Then the operation fails with "message-lock-lost"
     And receiver "A" completes "m1"
     And the operation succeeds

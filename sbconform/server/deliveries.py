@@ -2,7 +2,8 @@
 client's settlements of them (``_settled_by_client``), and transfers in (``_admit``: the door
 for every transfer; ``_incoming``: to an entity, ``$cbs``, a management node or the
 transaction coordinator). The lock token of each delivery sent lives in its receiver's
-``Receiving.tokens``, keyed by the delivery."""
+``Receiving.tokens``, keyed by the delivery: an AMQP disposition settles a delivery of its own
+link only (another receiver settles by lock token through $management: SETTLE-LOCK-011)."""
 
 from __future__ import annotations
 

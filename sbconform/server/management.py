@@ -67,6 +67,9 @@ def _expirations(clock: WallClock, instants: list[int]) -> dict:
     return {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *[timestamp(clock.epoch_ms + t) for t in instants])}
 
 
+# SETTLE-LOCK-011: a lock token names a lock of the entity, not of this connection: a renewal or a
+# disposition by token from any connection authorised on the entity (nodes.py authorizes each
+# request) acts as the holder's would. The model decides; ``q.conn`` only says who asks.
 def renew_lock(q: Request) -> Answer:
     return 200, _expirations(q.clock, [q.ns.renew_lock(q.conn, q.path, token) for token in q.tokens()]), NOTHING
 

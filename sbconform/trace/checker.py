@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from reference.clock import NEVER, TIMESPAN_MAX
 from reference.entity import PING_CONTENT_TYPE, effective_time_to_live
-from reference.errors import ServiceBusError
+from reference.errors import ErrorCode, ServiceBusError
 from reference.message import Message, State, StoredMessage
 from reference.operations import settle
 from reference.paths import DEAD_LETTER_SUFFIX, entity_key
@@ -57,7 +57,7 @@ class Shared:
     pings: set = field(default_factory=set)  # sequence numbers (and ids) of pings sent
     removed: dict = field(default_factory=dict)  # seq -> how it left (completed, consumed, expired, dead-lettered)
     args: dict = field(default_factory=dict)  # args text -> parsed
-    forgotten: dict = field(default_factory=dict)  # observed lock -> its last locked-until, once pruned
+    forgotten: dict = field(default_factory=dict)  # observed lock -> its last locked-until (None: settled), once pruned
 
     def observe(self, path: str, event: str, msg: StoredMessage) -> None:
         if event in ("completed", "consumed", "expired", "dead-lettered"):
@@ -77,7 +77,8 @@ class PieceModel:
         self.shared = shared
         self.config = config or {}
         self.stores: dict[int, MessageStore] = {}
-        self.locks: dict[str, tuple] = {}  # observed lock -> (partition, in_dlq, token, seq, locked_until)
+        # observed lock -> (partition, in_dlq, token, seq, locked_until); token None: settled
+        self.locks: dict[str, tuple] = {}
         self.now = 0
         self.tokens = [0]
 
@@ -257,8 +258,8 @@ class PieceModel:
 
     def prune_locks(self) -> None:
         """Forget observed locks the model no longer holds (expired, lost with their
-        connection). A settlement with one is then refused as a lock never issued: the
-        same answer, under ``settled-by-other-holder`` instead of the precise kind."""
+        connection, settled). ``Shared.forgotten`` keeps how each ended (its locked-until,
+        or None once settled), so a later settlement with it still gets its precise kind."""
         locks = self.locks
         if len(locks) < 32:
             return
@@ -272,7 +273,7 @@ class PieceModel:
                 else:
                     if len(forgotten) >= REMEMBER_REMOVED:
                         del forgotten[next(iter(forgotten))]
-                    forgotten[k] = v[4]
+                    forgotten[k] = None if v[2] is None else v[4]
             self.locks = kept
 
     def _check_nothing_available(self, row, now, session, dead_letter):
@@ -348,18 +349,24 @@ class PieceModel:
 
     # -- settlement
     def _settle(self, inv, comps, check):
+        """A settlement or renewal by lock token. SETTLE-LOCK-011: the lock belongs to the
+        entity, so whichever client asks settles it (the model ignores who asks, except on
+        session entities); once settled, the lock is gone for everyone (SETTLE-COMP-002)."""
         row = comps[0] if comps else inv
         lock = inv[LOCK] if inv[LOCK] is not None else row[LOCK]
         entry = self.locks.get(lock)
         now = self._tick_time(row)
-        if entry is None:
-            if check:
-                until = self.shared.forgotten.get(lock)
-                if until is not None:
-                    kind = "settled-after-lock-expiry" if now >= until else "settled-after-connection-drop"
-                    raise Violation(kind, row, f"message-lock-lost (lock held until {until})", f"{inv[OP]} ok at {now}")
-                raise Violation("settled-by-other-holder", row, f"no lock {lock!r} was issued in this entity", f"{inv[OP]} ok")
-            return
+        if entry is None or entry[2] is None:  # no live lock: any success is a violation
+            if not check:
+                return
+            forgotten = self.shared.forgotten
+            if entry is not None or (lock in forgotten and forgotten[lock] is None):
+                raise Violation("settled-twice", row, "message-lock-lost (the lock was settled already)", f"{inv[OP]} ok at {now}")
+            if lock in forgotten:
+                until = forgotten[lock]
+                kind = "settled-after-lock-expiry" if now >= until else "settled-after-connection-drop"
+                raise Violation(kind, row, f"message-lock-lost (lock held until {until})", f"{inv[OP]} ok at {now}")
+            raise Violation("unknown-lock", row, f"no lock {lock!r} was issued in this entity", f"{inv[OP]} ok")
         p, dead_letter, token, seq, locked_until = entry
         store = self.store(p)
         if dead_letter:
@@ -381,17 +388,16 @@ class PieceModel:
         except ServiceBusError as error:
             if not check:
                 return
-            msg = store.messages.get(seq)
             if locked_until is not None and now >= locked_until:
                 kind = "settled-after-lock-expiry"
-            elif msg is not None and msg.holder is not None and msg.holder != holder:
-                kind = "settled-by-other-holder"
+            elif store.requires_session and error.code is ErrorCode.SESSION_LOCK_LOST:
+                kind = "session-lock"  # SETTLE-SESS-002: a session's messages are its holder's to settle
             elif self.shared.removed.get(seq) == "completed":
                 kind = "settled-twice"
             else:
                 kind = "settled-after-connection-drop"
             raise Violation(kind, row, f"{error.code} (lock held until {locked_until})", f"{op} ok at {now}") from None
-        del self.locks[lock]
+        self.locks[lock] = (p, dead_letter, None, seq, locked_until)  # settled: gone for every client
 
     # -- sessions
     def _accept_session(self, inv, comps, check):

@@ -18,7 +18,7 @@ CLAUSES = {
     "not-a-partition-head": "PART-RECV-001",
     "double-delivery": "SETTLE-LOCK-001",
     "settled-after-lock-expiry": "SETTLE-LOCK-008",
-    "settled-by-other-holder": "SETTLE-LOCK-011",
+    "unknown-lock": "SETTLE-LOCK-011",
     "settled-after-connection-drop": "SETTLE-LOCK-009",
     "settled-twice": "SETTLE-COMP-002",
     "max-delivery-count-exceeded": "SETTLE-LOCK-007",
