@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reference import Message, Namespace  # noqa: E402
+from sbreference import Message, Namespace  # noqa: E402
 
 
 class BareBroker:

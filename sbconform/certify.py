@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from spec import load_catalog
+from sbspec import load_catalog
 
 from .coverage import kit_root
 from .report import build_report, load_expectations, selects, write_junit, write_report

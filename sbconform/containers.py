@@ -41,7 +41,7 @@ def source_digest() -> str:
     spec): the image tag changes with the code, so a stale image is never used."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for package in ("reference", "sbconform", "spec"):
+    for package in ("sbconform", "sbreference", "sbspec"):
         for path in sorted((root / package).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".toml", ".md", ".txt"):
                 digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")

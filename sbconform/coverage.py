@@ -7,7 +7,7 @@ the catalog:
 - every scenario names at least one clause;
 - every clause named exists (an unknown id is reported with file and line);
 - per area, which clauses are still uncovered; an area marked ``complete`` in
-  ``spec/vocabulary.toml`` must have none.
+  ``sbspec/vocabulary.toml`` must have none.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec import Catalog, load_catalog
-from spec.catalog import CLAUSE_ID
+from sbspec import Catalog, load_catalog
+from sbspec.catalog import CLAUSE_ID
 
-CLAUSE_TAG = CLAUSE_ID  # the one clause-id pattern (spec/catalog.py)
+CLAUSE_TAG = CLAUSE_ID  # the one clause-id pattern (sbspec/catalog.py)
 REPO = Path(__file__).resolve().parent.parent
 #: where an installed wheel keeps the features and the tests (``setup.py`` puts them there)
 INSTALLED_KIT = Path(__file__).resolve().parent / "_kit"

@@ -197,14 +197,14 @@ CONFIG_FIELDS = frozenset({
 
 def unsupported(props: dict[str, Any]) -> list[str]:
     """Properties a Config.json cannot set (the scenario needing them is skipped in config mode)."""
-    from reference.clock import TIMESPAN_MAX
+    from sbreference.clock import TIMESPAN_MAX
 
     return sorted(k for k, v in props.items()
                   if k not in CONFIG_FIELDS and v not in (None, False) and not (isinstance(v, int) and v >= TIMESPAN_MAX))
 
 
 def clean(props: dict[str, Any]) -> dict[str, Any]:
-    from reference.clock import TIMESPAN_MAX
+    from sbreference.clock import TIMESPAN_MAX
 
     return {k: v for k, v in props.items()
             if k in CONFIG_FIELDS and v is not None and not (k.endswith(("_to_live", "_window", "_duration")) and v >= TIMESPAN_MAX)}

@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any
 
-from spec import Catalog
+from sbspec import Catalog
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}

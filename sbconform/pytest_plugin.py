@@ -1,6 +1,6 @@
 """The pytest plugin: target selection, clause and capability markers, results.
 
-- ``--sb-target NAME`` picks the broker under test (default ``reference``);
+- ``--sb-target NAME`` picks the broker under test (default ``sbreference``);
   ``--sb-connection-string`` (or ``$SBCONFORM_CONNECTION_STRING``, which keeps the key off the
   command line) and ``--sb-option KEY=VALUE`` configure it. A remote target is preflighted
   (``targets/preflight.py``): unreachable or refusing the key, the run stops with one line.
@@ -28,9 +28,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from reference import ServiceBusError
-from spec import CatalogError, load_catalog
-from spec.catalog import CLAUSE_ID
+from sbreference import ServiceBusError
+from sbspec import CatalogError, load_catalog
+from sbspec.catalog import CLAUSE_ID
 
 from .report import selects
 from .results import Collected, Outcome, RunResults, TestMeta, TestResult, make_result
@@ -39,7 +39,7 @@ from .targets import Target, make_target, names, parse_options
 
 #: pytest's outcome words -> the record's
 OUTCOMES: dict[str, Outcome] = {"passed": "pass", "failed": "fail", "skipped": "skip", "xfail": "xfail", "xpass": "xpass"}
-CLAUSE_TAG = CLAUSE_ID  # the one clause-id pattern (spec/catalog.py)
+CLAUSE_TAG = CLAUSE_ID  # the one clause-id pattern (sbspec/catalog.py)
 NEEDS_PREFIX = "needs:"
 
 _CATALOG = None

@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from spec import Catalog
+from sbspec import Catalog
 
 from .results import RunResults
 

@@ -117,7 +117,7 @@ def check_quotas(config: dict) -> None:
 def enforce_quotas(namespace) -> None:
     """The management API's side of the quotas: creating past them is refused (quota-exceeded),
     as the emulator documents ("Usage quotas"); wraps the namespace's create operations."""
-    from reference import ErrorCode, ServiceBusError
+    from sbreference import ErrorCode, ServiceBusError
 
     ttl_max = QUOTAS["message_time_to_live"].value
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
-from reference import SECOND, Namespace
+from sbreference import SECOND, Namespace
 
 
 class ModelMachine(RuleBasedStateMachine):

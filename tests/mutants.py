@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
+from sbreference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
 
 from sbconform.targets import TargetWrapper, register
 from sbconform.targets.reference import ReferenceTarget
@@ -157,7 +157,7 @@ class RuleActionsIgnored(Mutant):
     name = "mutant-rule-actions-ignored"
 
     def add_rule(self, subscription_path, rule):
-        from reference import Rule
+        from sbreference import Rule
 
         super().add_rule(subscription_path, Rule(rule.name, rule.filter, None))
 
@@ -169,8 +169,8 @@ class TwoValuedSqlLogic(Mutant):
     name = "mutant-two-valued-sql"
 
     def add_rule(self, subscription_path, rule):
-        from reference import Rule, SqlFilter
-        from reference.sqlfilter import UNKNOWN, Evaluator
+        from sbreference import Rule, SqlFilter
+        from sbreference.sqlfilter import UNKNOWN, Evaluator
 
         class TwoValued(Evaluator):
             def eval(self, node):

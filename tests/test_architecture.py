@@ -1,12 +1,12 @@
-"""The layering, checked: nothing outside ``reference/`` reaches into the model's private parts.
+"""The layering, checked: nothing outside ``sbreference/`` reaches into the model's private parts.
 
 The model's public surface (``Namespace.receiving_store``, ``sending_entity``,
-``close_connection``, ``tick_due``, ``lock_deadlines``, ``reference.paths``) is what
+``close_connection``, ``tick_due``, ``lock_deadlines``, ``sbreference.paths``) is what
 targets, the server, the trace checker and the tests use; a name starting with ``_`` in
-``reference/`` may change at any time. The walk is syntactic (no types), so it flags:
+``sbreference/`` may change at any time. The walk is syntactic (no types), so it flags:
 
-- ``from reference... import _name`` and ``reference.module._name``;
-- ``expr._name`` where ``_name`` is a private name defined in ``reference/`` (a function,
+- ``from sbreference... import _name`` and ``reference.module._name``;
+- ``expr._name`` where ``_name`` is a private name defined in ``sbreference/`` (a function,
   method, class or module attribute, or an instance attribute assigned there) and the
   file does not define a private name of its own spelled the same way; ``self._x`` and
   ``cls._x`` are the file's own business and are skipped.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = ROOT / "reference"
+MODEL = ROOT / "sbreference"
 OUTSIDE = ("sbconform", "tests", "scripts", "benchmarks")
 
 #: Files owned by other work in progress whose remaining uses are listed for the merger;
@@ -66,13 +66,13 @@ def violations(path: Path, model_private: set[str]) -> list[str]:
     own = _defined(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "reference":
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sbreference":
             found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names if _private(a.name)]
             if any(_private(part) for part in node.module.split(".")):
                 found.append(f"{node.lineno}: from {node.module} import ...")
         elif isinstance(node, ast.Import):
             found += [f"{node.lineno}: import {a.name}" for a in node.names
-                      if a.name.split(".")[0] == "reference" and any(_private(p) for p in a.name.split("."))]
+                      if a.name.split(".")[0] == "sbreference" and any(_private(p) for p in a.name.split("."))]
         elif isinstance(node, ast.Attribute) and _private(node.attr):
             base = node.value
             if isinstance(base, ast.Name) and base.id in ("self", "cls"):
@@ -80,7 +80,7 @@ def violations(path: Path, model_private: set[str]) -> list[str]:
             if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
                 continue
             dotted = ast.unparse(base)
-            if dotted.split(".")[0] == "reference" or (node.attr in model_private and node.attr not in own):
+            if dotted.split(".")[0] == "sbreference" or (node.attr in model_private and node.attr not in own):
                 found.append(f"{node.lineno}: {dotted}.{node.attr}")
     return found
 
@@ -100,7 +100,7 @@ def test_nothing_outside_the_model_uses_its_private_names() -> None:
         found = [v for v in violations(path, model_private) if v.split(": ", 1)[1] not in KNOWN.get(rel, set())]
         if found:
             bad[rel] = found
-    assert not bad, "private names of reference/ used outside it:\n" + "\n".join(
+    assert not bad, "private names of sbreference/ used outside it:\n" + "\n".join(
         f"  {f}:{v}" for f, vs in bad.items() for v in vs)
 
 
@@ -112,8 +112,8 @@ def test_known_list_is_current() -> None:
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from reference.namespace import _x\n", 1),
-    ("import reference\nreference.namespace._resolve\n", 1),
+    ("from sbreference.namespace import _x\n", 1),
+    ("import sbreference\nreference.namespace._resolve\n", 1),
     ("def f(ns):\n    return ns._receiving_store('q')\n", 1),
     ("class A:\n    def f(self):\n        return self._receiving_store('q')\n", 0),
     ("def f(ns):\n    return ns.receiving_store('q')\n", 0),
@@ -128,16 +128,16 @@ def test_the_model_imports_nothing_of_ours() -> None:
     for path in MODEL.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                assert node.module.split(".")[0] not in ("sbconform", "spec"), f"{path}: imports {node.module}"
+                assert node.module.split(".")[0] not in ("sbconform", "sbspec"), f"{path}: imports {node.module}"
             elif isinstance(node, ast.Import):
-                assert all(a.name.split(".")[0] not in ("sbconform", "spec") for a in node.names), path
+                assert all(a.name.split(".")[0] not in ("sbconform", "sbspec") for a in node.names), path
 
 
 # ------------------------------------------------------------------ entity paths
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from reference.paths import ENTITY_KEY_PATTERNS, EntityPath, entity_key, parse  # noqa: E402
+from sbreference.paths import ENTITY_KEY_PATTERNS, EntityPath, entity_key, parse  # noqa: E402
 
 
 @pytest.mark.parametrize("path, parsed", [
@@ -181,7 +181,7 @@ def test_the_target_wrapper_delegates_every_operation() -> None:
 
 
 def test_wrappers_unwrap_to_the_target_and_keep_their_own_name() -> None:
-    from reference import Message
+    from sbreference import Message
     from sbconform.targets.base import TargetWrapper, unwrap
     from sbconform.targets.reference import ReferenceTarget
 
@@ -200,7 +200,7 @@ def test_wrappers_unwrap_to_the_target_and_keep_their_own_name() -> None:
 
 
 def test_every_clock_the_model_is_given_is_a_clock() -> None:
-    from reference import Clock, VirtualClock
+    from sbreference import Clock, VirtualClock
     from sbconform.server.server import WallClock
 
     assert isinstance(VirtualClock(), Clock) and isinstance(WallClock(), Clock)
@@ -211,7 +211,7 @@ def test_every_clock_the_model_is_given_is_a_clock() -> None:
 
 
 def test_the_model_surface_a_server_uses() -> None:
-    from reference import ErrorCode, Message, Namespace, ServiceBusError
+    from sbreference import ErrorCode, Message, Namespace, ServiceBusError
 
     ns = Namespace()
     ns.create_queue("q", lock_duration=5_000)
@@ -239,3 +239,20 @@ def test_the_model_surface_a_server_uses() -> None:
     assert ns.tick_due(keys=["idle", "missing"]) == []
     ns.close_connection(conn)
     assert conn not in ns.open_connections
+
+
+def test_every_module_is_under_500_lines() -> None:
+    """Issue 12: each room does one job; the largest module stays under 500 lines."""
+    big = {str(p.relative_to(ROOT)): n for top in ("sbconform", "sbreference", "sbspec") for p in (ROOT / top).rglob("*.py")
+           if "_kit" not in p.parts and (n := len(p.read_text(encoding="utf-8").splitlines())) >= 500}
+    assert not big, f"modules of 500 lines or more: {big}"
+
+
+def test_the_packages_have_distinctive_names() -> None:
+    """The wheel installs ``sbconform``, ``sbreference`` and ``sbspec``: no generic top-level
+    ``reference`` or ``spec`` in everyone's site-packages."""
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert sorted(include) == ["sbconform*", "sbreference*", "sbspec*"]
+    assert not (ROOT / "reference").exists() and not (ROOT / "spec").exists()

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from reference import ErrorCode, ServiceBusError
-from reference.clock import MINUTE, SECOND, TIMESPAN_MAX
+from sbreference import ErrorCode, ServiceBusError
+from sbreference.clock import MINUTE, SECOND, TIMESPAN_MAX
 from sbconform.targets.azure_admin import AdminProvisioner, admin_arguments, description_of
 
 AZURE = "Endpoint=sb://contoso.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=abc="

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from sbconform.coverage import REPO, check
-from spec import CatalogError, load_catalog
+from sbspec import CatalogError, load_catalog
 
-SPEC = REPO / "spec"
+SPEC = REPO / "sbspec"
 
 
 def test_catalog_loads_and_every_area_has_clauses() -> None:

@@ -45,7 +45,7 @@ def test_certify_through_a_container(image, tmp_path: Path) -> None:
 
 
 def test_the_config_file_is_mounted_where_the_emulator_reads_it(image, tmp_path: Path) -> None:
-    from reference import SECOND
+    from sbreference import SECOND
     from sbconform.targets.container import ContainerTarget
 
     config = tmp_path / "Config.json"

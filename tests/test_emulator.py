@@ -113,7 +113,7 @@ def test_the_expectations_file_is_the_documented_limitations_of_the_catalog() ->
     capabilities lacking (regenerate the file with sbconform.emulator.expectations_text())."""
     from sbconform.report import load_expectations
     from sbconform.targets.emulator import EmulatorTarget
-    from spec.catalog import load_catalog
+    from sbspec.catalog import load_catalog
 
     catalog = load_catalog()
     path = Path(__file__).resolve().parent.parent / "expectations" / "microsoft-emulator.toml"
@@ -237,7 +237,7 @@ def test_an_emulator_without_management_api_is_provisioned_through_config_json(i
     import urllib.error
     import urllib.request
 
-    from reference import Message
+    from sbreference import Message
     from sbconform.targets.emulator import EmulatorTarget
 
     target = EmulatorTarget(accept_eula="Y", standin="true", control="config", env="STANDIN_NO_MANAGEMENT=1")
@@ -336,7 +336,7 @@ def test_a_scenario_needing_more_than_a_quota_is_skipped_naming_it() -> None:
     target.created = ["x"] * 48  # and the image's queue.1 and topic.1: 50
     with pytest.raises(pytest.skip.Exception, match="Number of entities"):
         target.create_topic("t")
-    from reference import Message
+    from sbreference import Message
 
     with pytest.raises(pytest.skip.Exception, match="a message time to live of 7200000 ms"):
         target.send(None, [Message(body=b"x", time_to_live=2 * 3600 * 1000)])

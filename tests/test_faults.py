@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference import ErrorCode, Message, Namespace, ServiceBusError
+from sbreference import ErrorCode, Message, Namespace, ServiceBusError
 
 
 @pytest.mark.needs("model-internals")

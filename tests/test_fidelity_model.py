@@ -1,5 +1,5 @@
 """The reference model against Service Bus's documentation: one test per row of
-spec/fidelity.md where the model was found to differ (each written failing first), and
+sbspec/fidelity.md where the model was found to differ (each written failing first), and
 the check that the audit file itself is well formed.
 
 These are model-level tests (``@needs:model-internals``): they grade the model, not a
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reference import (
+from sbreference import (
     SECOND,
     ErrorCode,
     Message,
@@ -21,8 +21,8 @@ from reference import (
     ServiceBusError,
     VirtualClock,
 )
-from reference.entity import KB, MB
-from reference.message import TTL_EXPIRED
+from sbreference.entity import KB, MB
+from sbreference.message import TTL_EXPIRED
 
 pytestmark = pytest.mark.needs("model-internals")
 
@@ -200,7 +200,7 @@ def test_message_and_session_ids_longer_than_128_characters_are_refused() -> Non
 # ------------------------------------------------------------ the audit file
 
 
-AUDIT = ROOT / "spec" / "fidelity.md"
+AUDIT = ROOT / "sbspec" / "fidelity.md"
 ROW = re.compile(r"^\|\s*(?P<id>[A-Z]+-\d{3})\s*\|")
 VERDICTS = {"matches", "fixed", "reading", "allowed", "extension", "gap"}
 
@@ -215,7 +215,7 @@ def audit_rows() -> list[list[str]]:
 
 def test_the_audit_is_well_formed_and_names_real_clauses_and_tests() -> None:
     """Every row: id | subject | documented behaviour | source | clause(s) | tested by | model | verdict."""
-    from spec import load_catalog
+    from sbspec import load_catalog
 
     catalog = load_catalog()
     rows = audit_rows()

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from model_machine import ModelMachine
-from reference import (
+from sbreference import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     PEEK_LOCK,
     RECEIVE_AND_DELETE,

@@ -1,4 +1,4 @@
-"""The paired-namespace state machines of ``reference.paired``, on their own, and ``sbconform cost``.
+"""The paired-namespace state machines of ``sbreference.paired``, on their own, and ``sbconform cost``.
 
 Model-level: these exercise the reference client logic directly, not a target.
 """
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference import DAY, HOUR, MINUTE, SECOND, EntityDescription, ErrorCode, Message, ServiceBusError
-from reference.paired import (
+from sbreference import DAY, HOUR, MINUTE, SECOND, EntityDescription, ErrorCode, Message, ServiceBusError
+from sbreference.paired import (
     BACKLOG_QUEUE_PROPERTIES,
     CLOSE_GRACE,
     CLOSED,
@@ -114,7 +114,7 @@ def test_rewriting_for_the_backlog_and_back_restores_the_message(message: Messag
 
 @pytest.mark.clauses("PAIR-SIZE-001")
 def test_a_message_too_large_once_rewritten_gets_a_clear_size_error_and_the_queue_stays() -> None:
-    from reference import message_size
+    from sbreference import message_size
 
     m = Message(b"x" * 100, message_id="big", session_id="s")
     assert message_size(to_backlog(m, "q")) > message_size(m)
@@ -143,7 +143,7 @@ def test_a_message_too_large_once_rewritten_gets_a_clear_size_error_and_the_queu
     ],
 )
 def test_which_failures_start_the_failover_timer(code: str, transient: bool, counts: bool) -> None:
-    """Decided from the error's AMQP condition (reference/paired/transience.py), whatever the
+    """Decided from the error's AMQP condition (sbreference/paired/transience.py), whatever the
     ``transient`` flag a target or SDK put on it: entity-disabled counts even if called retryable."""
     assert starts_failover_timer(ServiceBusError(ErrorCode(code), "x", transient=transient)) is counts
 
@@ -287,7 +287,7 @@ def test_a_target_without_paired_namespaces_skips_the_client_clauses_but_not_the
 def test_a_session_queue_fails_back_once_its_ping_is_delivered() -> None:
     """Issue 13: the ping had no SessionId, so a primary queue requiring sessions refused it
     (InvalidOperation) and the entity never failed back. The .NET client's ping carries a fresh
-    SessionId (Guid.NewGuid().ToString("N")): reference/paired/ping.py."""
+    SessionId (Guid.NewGuid().ToString("N")): sbreference/paired/ping.py."""
     from sbconform.paired import PairedFactory
     from sbconform.targets.reference import ReferenceTarget
 

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from reference import MINUTE, SECOND, Message, ServiceBusError
-from reference.paired import PairedNamespaceOptions, is_ping
+from sbreference import MINUTE, SECOND, Message, ServiceBusError
+from sbreference.paired import PairedNamespaceOptions, is_ping
 from sbconform.paired import PairedFactory, message_of, run_together
 from sbconform.targets import RECEIVE_AND_DELETE, Target
 
@@ -258,14 +258,14 @@ def test_paired_namespaces_lose_nothing_and_return_to_the_primary(sb_session) ->
 # to fail.
 
 def _drop_session(monkeypatch) -> None:
-    from reference.paired import syphon
+    from sbreference.paired import syphon
 
     restore = syphon.from_backlog
     monkeypatch.setattr(syphon, "from_backlog", lambda m: (restore(m)[0], restore(m)[1].with_changes(session_id=None)))
 
 
 def _complete_before_forwarding(monkeypatch) -> None:
-    from reference.paired import PRIMARY, Send
+    from sbreference.paired import PRIMARY, Send
 
     def move(self, receiver, decision):
         self.targets["secondary"].complete(receiver, decision.handle)
@@ -278,7 +278,7 @@ def _complete_before_forwarding(monkeypatch) -> None:
 
 
 def _forward_twice(monkeypatch) -> None:
-    from reference.paired import PRIMARY, Send
+    from sbreference.paired import PRIMARY, Send
 
     def move(self, receiver, decision):
         try:
@@ -293,19 +293,19 @@ def _forward_twice(monkeypatch) -> None:
 
 
 def _never_back_to_primary(monkeypatch) -> None:
-    from reference.paired.failover import FailoverSender
+    from sbreference.paired.failover import FailoverSender
 
     monkeypatch.setattr(FailoverSender, "ping_succeeded", lambda self, entity, now: None)
 
 
 def _first_ping_late(monkeypatch) -> None:
-    from reference.paired.ping import PingTask
+    from sbreference.paired.ping import PingTask
 
     monkeypatch.setattr(PingTask, "start", classmethod(lambda cls, now, interval: cls(interval, now + 2 * interval)))
 
 
 def _one_batch_per_wake_up(monkeypatch) -> None:
-    from reference.paired import SECONDARY
+    from sbreference.paired import SECONDARY
 
     def run_syphon(self):
         self.syphon.tick(self.now())

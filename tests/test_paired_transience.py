@@ -1,13 +1,13 @@
-"""The paired client's own transience rules (reference/paired/transience.py): decided from the
+"""The paired client's own transience rules (sbreference/paired/transience.py): decided from the
 broker's AMQP condition and description, never from an SDK's retry flag."""
 
 from __future__ import annotations
 
 import pytest
 
-from reference import ErrorCode, ServiceBusError
-from reference.paired import transience
-from reference.paired.transience import RULES, WIRE_CONDITIONS, classify, rule_for, starts_failover_timer
+from sbreference import ErrorCode, ServiceBusError
+from sbreference.paired import transience
+from sbreference.paired.transience import RULES, WIRE_CONDITIONS, classify, rule_for, starts_failover_timer
 
 
 def error(code: ErrorCode, text: str = "x", transient: bool | None = None, condition: str | None = None) -> ServiceBusError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference import Message, Namespace
+from sbreference import Message, Namespace
 
 
 @pytest.mark.clauses("PART-COST-001")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 from model_machine import ModelMachine
-from reference import (
+from sbreference import (
     PEEK_LOCK,
     RECEIVE_AND_DELETE,
     SECOND,

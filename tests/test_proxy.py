@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("proton")
 pytest.importorskip("azure.servicebus")
 
-from reference.namespace import Namespace  # noqa: E402
+from sbreference.namespace import Namespace  # noqa: E402
 from sbconform.proxy.run import ProxyThread  # noqa: E402
 from sbconform.trace.io import read_events  # noqa: E402
 from sbconform.trace.replay import local_summary, locate, replay_local  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reference import ErrorCode, Message, ServiceBusError
+from sbreference import ErrorCode, Message, ServiceBusError
 from sbconform.targets import RECEIVE_AND_DELETE
 from sbconform.targets.reference import ReferenceTarget
 from sbconform.trace.io import JsonlWriter, read_jsonl
@@ -253,7 +253,7 @@ def test_an_exception_that_is_not_a_broker_error_is_an_unknown_outcome(tmp_path:
 def test_a_discharge_that_timed_out_is_recorded_as_unknown_not_as_nothing_applied(recorded) -> None:
     """A commit whose answer never came may have happened: ``info``, not ``fail`` (a definite
     transaction error, and only that, means nothing of it was applied)."""
-    from reference import ErrorCode, ServiceBusError
+    from sbreference import ErrorCode, ServiceBusError
 
     target, events = recorded
     q = target.create_queue("q")

@@ -13,9 +13,9 @@ FORBIDDEN = {"random", "secrets", "uuid", "time", "datetime", "os", "socket", "t
 
 def test_reference_imports_with_the_standard_library_alone() -> None:
     code = (
-        "import sys; sys.path.insert(0, %r); import reference; "
+        "import sys; sys.path.insert(0, %r); import sbreference; "
         "mods = {m.split('.')[0] for m in sys.modules}; "
-        "extra = sorted(m for m in mods if m not in sys.stdlib_module_names and m not in ('reference', '__main__')); "
+        "extra = sorted(m for m in mods if m not in sys.stdlib_module_names and m not in ('sbreference', '__main__')); "
         "print(extra); assert not extra, extra" % str(REPO)
     )
     # -I: isolated (no user site, no PYTHONPATH); -S: no site-packages at all
@@ -24,7 +24,7 @@ def test_reference_imports_with_the_standard_library_alone() -> None:
 
 
 def test_reference_uses_no_clock_randomness_or_io() -> None:
-    for path in sorted((REPO / "reference").rglob("*.py")):
+    for path in sorted((REPO / "sbreference").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names = []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sbconform.report import build_report, compare, load_expectations, render_markdown
-from spec import load_catalog
+from sbspec import load_catalog
 
 CATALOG = load_catalog()
 A, B = "SETTLE-SEND-001", "SETTLE-LOCK-001"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from reference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
+from sbreference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
 from sbconform.server.config import ConfigError, config_json, parse_config
 from sbconform.server.rules import add_rule_body, config_rules, rule_description, rule_from_add_request
 

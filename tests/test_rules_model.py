@@ -1,4 +1,4 @@
-"""Unit tests of the rules model (reference/rules.py, reference/sqlfilter.py) and of the topic
+"""Unit tests of the rules model (sbreference/rules.py, sbreference/sqlfilter.py) and of the topic
 fan-out that uses it: the documented behaviours clause by clause, and the accounting the
 scenarios cannot see (copies' sequence numbers, the topic's size)."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from reference import (
+from sbreference import (
     CorrelationFilter,
     ErrorCode,
     FalseFilter,
@@ -21,8 +21,8 @@ from reference import (
     TrueFilter,
     partition_of,
 )
-from reference.rules import FILTER_EVALUATION_DEAD_LETTER_REASON, RuleSet, properties_of, route
-from reference.sqlfilter import UNKNOWN, Evaluator, FilterEvaluationError, Properties, parse_action, parse_filter
+from sbreference.rules import FILTER_EVALUATION_DEAD_LETTER_REASON, RuleSet, properties_of, route
+from sbreference.sqlfilter import UNKNOWN, Evaluator, FilterEvaluationError, Properties, parse_action, parse_filter
 
 
 def value(expression: str, **user):
@@ -218,7 +218,7 @@ def test_like_is_linear_not_exponential():
     %a%a%a...b against a long run of a (30 s at 100 characters before); the matcher is linear."""
     import time
 
-    from reference.sqlfilter import like
+    from sbreference.sqlfilter import like
 
     started = time.process_time()
     assert like("a" * 65536, "%a" * 10 + "b", None) is False
@@ -228,7 +228,7 @@ def test_like_is_linear_not_exponential():
 
 
 def test_a_rule_action_cannot_grow_a_string_without_bound():
-    from reference.sqlfilter import FilterEvaluationError, MAX_STRING, arithmetic
+    from sbreference.sqlfilter import FilterEvaluationError, MAX_STRING, arithmetic
 
     with pytest.raises(FilterEvaluationError, match="exceeds"):
         s = "x" * 16

@@ -17,8 +17,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import CorrelationFilter, FalseFilter, Message, Namespace, Rule, SqlFilter, SqlRuleAction, TrueFilter
-from reference.rules import RULE_NAME_PROPERTY
+from sbreference import CorrelationFilter, FalseFilter, Message, Namespace, Rule, SqlFilter, SqlRuleAction, TrueFilter
+from sbreference.rules import RULE_NAME_PROPERTY
 
 COLORS = ["red", "blue", "green"]
 

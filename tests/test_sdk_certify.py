@@ -32,7 +32,7 @@ def test_settlement_partitioning_transactions_and_rules_through_the_sdk(tmp_path
     settlement = {cid: c for cid, c in clauses.items() if c["area"] == "settlement"}
     # Every settlement clause passes, except those the catalog declares model-level (they need
     # model-internals: a Basic or non-partitioned Premium namespace no target offers yet).
-    from spec import load_catalog
+    from sbspec import load_catalog
 
     model_level = {cid for cid, c in load_catalog().clauses.items() if "model-internals" in c.needs}
     not_passing = {cid: (c["status"], c["reason"]) for cid, c in settlement.items()

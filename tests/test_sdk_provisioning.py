@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("azure.servicebus", reason="the sdk extra (azure-servicebus) is not installed")
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
 
-from reference import CorrelationFilter, ErrorCode, FalseFilter, Message, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter  # noqa: E402
+from sbreference import CorrelationFilter, ErrorCode, FalseFilter, Message, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter  # noqa: E402
 from sbconform.targets import make_target  # noqa: E402
 from sbconform.targets.azure_admin import model_rule, sdk_rule  # noqa: E402
 from sbconform.targets.sdk_provision import RestProvisioner  # noqa: E402

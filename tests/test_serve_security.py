@@ -279,7 +279,7 @@ def test_a_delivery_growing_past_the_limit_across_continuation_frames_closes_the
 
 
 def test_output_to_a_peer_that_does_not_read_is_capped(srv: InProcess) -> None:
-    from reference import Message as ModelMessage
+    from sbreference import Message as ModelMessage
 
     def fill() -> None:  # 300 x 32 kB in 'big'
         conn = srv.server.namespace.connect()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from proton import Described, ulong
 
-from reference import ErrorCode, Message, ServiceBusError
+from sbreference import ErrorCode, Message, ServiceBusError
 from sbconform.targets.proton_txn import ProtonTransactionalClient
 from sbconform.targets.sdk import _code_of_condition
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from model_machine import ModelMachine
-from reference import PEEK_LOCK, SECOND, ErrorCode, Message, Namespace, ServiceBusError
+from sbreference import PEEK_LOCK, SECOND, ErrorCode, Message, Namespace, ServiceBusError
 
 SESSIONS = ["s1", "s2", "s3"]
 

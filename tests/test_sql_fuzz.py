@@ -1,7 +1,7 @@
 """Fuzzing the SQL filter parser and evaluator against a second, independent evaluator.
 
 Hypothesis draws expression trees over a message's properties, prints them as SQL text (random
-keyword case, spacing, identifier quoting), parses the text with ``reference.sqlfilter`` and
+keyword case, spacing, identifier quoting), parses the text with ``sbreference.sqlfilter`` and
 evaluates it; ``oracle`` evaluates the drawn tree directly, written from the documentation's
 tables rather than from the model's code (truth tables as lookups, C# binding as a type table).
 Both must agree on the value (TRUE / FALSE / UNKNOWN, or the number or string) or both fail to
@@ -19,8 +19,8 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference import ErrorCode, ServiceBusError
-from reference.sqlfilter import UNKNOWN, Evaluator, FilterEvaluationError, Properties, parse_action, parse_filter
+from sbreference import ErrorCode, ServiceBusError
+from sbreference.sqlfilter import UNKNOWN, Evaluator, FilterEvaluationError, Properties, parse_action, parse_filter
 
 U = "U"  # the oracle's unknown
 ERR = "error"
@@ -412,8 +412,8 @@ def test_any_text_parses_or_is_refused_with_a_position(text):
 def test_actions_agree_with_the_oracle(data):
     """SET out = <expression>, applied to a message, stores what the oracle computes (UNKNOWN:
     null); an action that cannot evaluate fails exactly where the oracle does."""
-    from reference import Message
-    from reference.rules import SqlRuleAction, properties_of
+    from sbreference import Message
+    from sbreference.rules import SqlRuleAction, properties_of
 
     tree = data.draw(expressions(), label="tree")
     text = "SET out = " + render(tree, data.draw)

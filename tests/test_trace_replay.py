@@ -18,8 +18,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-from reference.store import PEEK_LOCK, MessageStore  # noqa: E402
-from reference.message import Message, StoredMessage  # noqa: E402
+from sbreference.store import PEEK_LOCK, MessageStore  # noqa: E402
+from sbreference.message import Message, StoredMessage  # noqa: E402
 from sbconform.cli import main  # noqa: E402
 from sbconform.trace import checker as checker_module  # noqa: E402
 from sbconform.trace.checker import CLAUSES  # noqa: E402
@@ -502,7 +502,7 @@ def test_the_spark_submit_job_runs_with_the_package_shipped_as_a_wheel(injected,
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("reference/store.py", "sbconform/trace/replay.py", "spec/clauses/settlement.toml", "spec/vocabulary.toml"):
+    for needed in ("sbreference/store.py", "sbconform/trace/replay.py", "sbspec/clauses/settlement.toml", "sbspec/vocabulary.toml"):
         assert needed in names, f"{needed} is missing from {wheel.name}"
     out, info = injected
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}

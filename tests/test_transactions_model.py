@@ -1,4 +1,4 @@
-"""The transaction coordinator of the reference model (reference/transactions.py): unit tests and
+"""The transaction coordinator of the reference model (sbreference/transactions.py): unit tests and
 the rollback / commit properties (TXN-ROLLBACK-001, TXN-ATOM-001)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import ErrorCode, Message, Namespace, ServiceBusError
-from reference.transactions import TRANSACTION_TIMEOUT
+from sbreference import ErrorCode, Message, Namespace, ServiceBusError
+from sbreference.transactions import TRANSACTION_TIMEOUT
 
 
 def fresh(**kw) -> tuple[Namespace, int]:
@@ -268,7 +268,7 @@ def test_each_send_of_a_transaction_is_checked_as_it_was_sent():
 
 
 def test_a_connection_holds_a_bounded_number_of_transactions_and_bytes():
-    from reference.transactions import MAX_ACTIVE_PER_CONNECTION
+    from sbreference.transactions import MAX_ACTIVE_PER_CONNECTION
 
     ns, c = fresh()
     ids = [ns.transactions.declare(c) for _ in range(MAX_ACTIVE_PER_CONNECTION)]

@@ -1,4 +1,4 @@
-"""Message fidelity on the wire (spec/wire.md): what a sender put in a message comes back
+"""Message fidelity on the wire (sbspec/wire.md): what a sender put in a message comes back
 as sent, AMQP types and sections included; what the broker owns is set as Service Bus sets it.
 
 Three levels: the codec alone, byte for byte (``sbconform.amqp.codec``); a raw AMQP client
@@ -29,7 +29,7 @@ from proton.reactor import AtLeastOnce  # noqa: E402
 from proton._utils import Fetcher  # noqa: E402  (the blocking receiver's handler, subclassed to keep raw bytes)
 from proton.utils import BlockingConnection, BlockingReceiver, SyncRequestResponse  # noqa: E402
 
-from reference import PEEK_LOCK, Namespace  # noqa: E402
+from sbreference import PEEK_LOCK, Namespace  # noqa: E402
 from sbconform.amqp import codec, values  # noqa: E402
 from sbconform.server import Config, serve_in_thread  # noqa: E402
 from sbconform.server.sas import make_token  # noqa: E402
@@ -659,7 +659,7 @@ def test_the_python_sdk_assigns_a_message_id_to_every_message_it_builds() -> Non
 
 
 def test_the_sdk_target_sends_a_message_without_id_as_the_scenario_wrote_it() -> None:
-    from reference import Message
+    from sbreference import Message
     from sbconform.targets.sdk import SdkTarget
 
     target = SdkTarget.__new__(SdkTarget)  # only the message mapping is used: no connection

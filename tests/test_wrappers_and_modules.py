@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reference import Message
+from sbreference import Message
 from sbconform.targets import TargetWrapper
 from sbconform.targets.base import Target
 from sbconform.targets.reference import ReferenceTarget

@@ -2,7 +2,7 @@
 Feature: Pairing a messaging factory with a secondary namespace
   PairNamespaceAsync with SendAvailabilityPairedNamespaceOptions. The target under test is
   the primary namespace; a second namespace of the same kind is the secondary. The client
-  logic is the reference's (reference/paired), driven against both.
+  logic is the reference's (sbreference/paired), driven against both.
 
   Background:
     Given a queue "q"

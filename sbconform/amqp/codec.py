@@ -14,7 +14,7 @@ the broker owns as Service Bus does: the header's delivery count and time to liv
 annotations ``x-opt-sequence-number``, ``x-opt-enqueued-time``, ``x-opt-locked-until``,
 ``x-opt-message-state``, ``x-opt-scheduled-enqueue-time``, ``x-opt-deadletter-source``,
 ``x-opt-partition-id``, the dead-letter application properties, and a MessageId when the
-sender set none. ``spec/wire.md`` gives the source of each of these facts.
+sender set none. ``sbspec/wire.md`` gives the source of each of these facts.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference import NEVER, ErrorCode
-from reference import Message as ModelMessage
-from reference.message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON
+from sbreference import NEVER, ErrorCode
+from sbreference import Message as ModelMessage
+from sbreference.message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON
 
 from . import values as v
 from .values import WireError, read, read_typed, skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from spec import load_catalog
+    from sbspec import load_catalog
 
     from ..report import compare, is_report, write_html
 

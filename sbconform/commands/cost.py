@@ -29,8 +29,8 @@ def positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference import DAY, HOUR, MINUTE
-    from reference.paired import LONG_POLL, idle_receive_calls
+    from sbreference import DAY, HOUR, MINUTE
+    from sbreference.paired import LONG_POLL, idle_receive_calls
 
     from ..paired import operations_per_moved_message
     from ..targets.reference import ReferenceTarget

@@ -7,7 +7,7 @@ import sys
 
 
 def run(args: argparse.Namespace) -> int:
-    from spec import CatalogError, load_catalog
+    from sbspec import CatalogError, load_catalog
 
     from ..coverage import check
 

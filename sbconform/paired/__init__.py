@@ -1,7 +1,7 @@
-"""Paired namespaces, driven against two targets: the imperative shell of ``reference.paired``.
+"""Paired namespaces, driven against two targets: the imperative shell of ``sbreference.paired``.
 
 ``PairedFactory`` is one MessagingFactory paired with a secondary namespace
-(``PairNamespaceAsync``). It holds the pure machines of ``reference.paired`` and carries
+(``PairNamespaceAsync``). It holds the pure machines of ``sbreference.paired`` and carries
 out what they decide against two ``Target``s, a primary and a secondary namespace. It has
 no logic of its own beyond that loop, so the same client logic drives the reference model
 here and can drive two real namespaces.

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reference import Message, ServiceBusError
-from reference.paired import PairedNamespaceOptions
+from sbreference import Message, ServiceBusError
+from sbreference.paired import PairedNamespaceOptions
 
 from ..targets import Target
 
@@ -52,7 +52,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def from_sdk_message(message: Any) -> Message:
-    """An azure-servicebus ``ServiceBusMessage`` (or a ``reference.Message``) as the paired
+    """An azure-servicebus ``ServiceBusMessage`` (or a ``sbreference.Message``) as the paired
     client's message. Times become Unix milliseconds: the application API's clock."""
     if isinstance(message, Message):
         return message
@@ -94,8 +94,8 @@ class PairedNamespaceSender:
     (to the primary while it works; after FailoverInterval of failures, rewritten to a backlog
     queue), pings failed-over entities every PingPrimaryInterval and goes back to the primary
     once a ping is delivered, and, with the syphon on, moves backlog messages to their
-    destinations. The decisions are the reference model's (``reference.paired``); whether a
-    failure counts is decided from the broker's AMQP condition (``reference.paired.transience``),
+    destinations. The decisions are the reference model's (``sbreference.paired``); whether a
+    failure counts is decided from the broker's AMQP condition (``sbreference.paired.transience``),
     never from the SDK's retry flag. A background thread acts at the instants the machines name
     (pings, failover timers, syphon polls). Thread-safe: every operation holds one lock.
 
@@ -144,7 +144,7 @@ class PairedNamespaceSender:
 
     # ------------------------------------------------------------ sending
     def send(self, entity: str, messages: Any) -> list[str]:
-        """Send one message or several (``ServiceBusMessage`` or ``reference.Message``) to the
+        """Send one message or several (``ServiceBusMessage`` or ``sbreference.Message``) to the
         queue or topic ``entity`` of the primary namespace. Returns where each went: ``entity``,
         or the backlog queue's path. Raises ``reference.ServiceBusError`` as the seed's client
         would (a failure within FailoverInterval, a client error, no backlog queue left)."""

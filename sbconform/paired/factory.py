@@ -1,5 +1,5 @@
 """``PairedFactory``: one MessagingFactory paired with a secondary namespace, carrying out
-what the machines of ``reference.paired`` decide against two ``Target``s (see the package's
+what the machines of ``sbreference.paired`` decide against two ``Target``s (see the package's
 docstring for time and the syphon)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import itertools
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Sequence
 
-from reference import ErrorCode, Message, ServiceBusError
-from reference.paired import (
+from sbreference import ErrorCode, Message, ServiceBusError
+from sbreference.paired import (
     PRIMARY,
     SECONDARY,
     DeadLetter,
@@ -22,7 +22,7 @@ from reference.paired import (
     Syphon,
     plan_backlog_queues,
 )
-from reference.paired.failover import Choose
+from sbreference.paired.failover import Choose
 
 from ..targets import PEEK_LOCK, Handle, Received, Target
 

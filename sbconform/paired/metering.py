@@ -9,7 +9,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from reference import Message, ServiceBusError
+from sbreference import Message, ServiceBusError
 
 from ..targets import Handle, Received, Target, TargetWrapper
 from ..targets.base import unwrap as _unwrap
@@ -129,7 +129,7 @@ class MeteredTarget(TargetWrapper):
 
 
 def without_sdk_retries(handle: Any) -> Any:
-    """The paired client decides itself what a failed send means (reference/paired/transience.py)
+    """The paired client decides itself what a failed send means (sbreference/paired/transience.py)
     and never retries a send: an SDK sender under ``handle`` (azure-servicebus: ``_config.retry_total``)
     is told not to retry either. Otherwise the Python SDK, which calls entity-disabled retryable,
     would retry it with back-off before the failover sender sees the failure, and the failover

@@ -21,7 +21,7 @@ status code and ``<Error><Code>..</Code><Detail>..</Detail></Error>``.
 
 The XML lives in ``atom.py`` (rules: ``atom_rules.py``). The namespace model is single-threaded and belongs to the AMQP server's loop: each request
 runs its model part there (``Server.call_soon``) and waits for the answer; only the XML is
-made on the HTTP thread. Rules are the model's (``reference/rules.py``): a rule created here
+made on the HTTP thread. Rules are the model's (``sbreference/rules.py``): a rule created here
 filters what is sent over AMQP, and the AMQP rule operations see it.
 """
 
@@ -34,8 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from reference import ErrorCode, Rule, ServiceBusError
-from reference.rules import RuleSet
+from sbreference import ErrorCode, Rule, ServiceBusError
+from sbreference.rules import RuleSet
 
 from ..amqp.codec import status_of
 from .atom import (
@@ -179,7 +179,7 @@ class AdminApi:
         self.server._mark_all_dirty()
         log.info("entity deleted: %s '%s'", kind, path)
 
-    # -- rules (reference/rules.py: a subscription's RuleSet, names case-insensitive)
+    # -- rules (sbreference/rules.py: a subscription's RuleSet, names case-insensitive)
     def _subscription(self, path: str) -> Any:
         if self._kind(path) != "subscription":
             raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")

@@ -1,6 +1,6 @@
 """The ATOM format of the Service Bus management REST API: entity descriptions and feeds,
 written as Service Bus writes them and read as tolerantly as Service Bus reads them
-(``spec/wire.md`` section 6). Pure functions of plain data; ``admin_http`` serves them."""
+(``sbspec/wire.md`` section 6). Pure functions of plain data; ``admin_http`` serves them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import uuid
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
-from reference import TIMESPAN_MAX
-from reference.entity import KB
+from sbreference import TIMESPAN_MAX
+from sbreference.entity import KB
 
 ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"

@@ -1,6 +1,6 @@
 """Subscription rules in the ATOM format of the Service Bus management REST API: the
 ``RuleDescription`` Service Bus writes, and the one a PUT body (or a subscription's
-``DefaultRuleDescription``) holds, read into ``reference.Rule`` (``spec/wire.md`` section 6).
+``DefaultRuleDescription``) holds, read into ``reference.Rule`` (``sbspec/wire.md`` section 6).
 Pure functions; ``admin_http`` serves them."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def rule_description_xml(parent: ET.Element, rule: Any, created: int) -> None:
     """A ``RuleDescription`` as Service Bus writes it (azure-service-bus-go's recorded answer:
     ``<Filter i:type="TrueFilter"><SqlExpression>1=1</SqlExpression><CompatibilityLevel>20
     </CompatibilityLevel></Filter><Action i:type="EmptyRuleAction"/><CreatedAt/><Name/>``)."""
-    from reference import CorrelationFilter, FalseFilter, SqlFilter, TrueFilter
+    from sbreference import CorrelationFilter, FalseFilter, SqlFilter, TrueFilter
 
     desc = _el(parent, "RuleDescription", None, {"xmlns": SB, "xmlns:i": XSI})
     f = rule.filter
@@ -187,7 +187,7 @@ def parse_default_rule(body: bytes) -> Any:
 
 
 def _rule_of(desc: ET.Element, name: str) -> Any:
-    from reference import CorrelationFilter, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
+    from sbreference import CorrelationFilter, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
 
     filt, act = _child(desc, "Filter"), _child(desc, "Action")
     try:

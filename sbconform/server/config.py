@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference import Namespace, ServiceBusError
-from reference.entity import KB
+from sbreference import Namespace, ServiceBusError
+from sbreference.entity import KB
 
 from .rules import config_rules, config_rules_json
 

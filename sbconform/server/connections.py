@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from proton import Endpoint, Event
 
-from reference import ServiceBusError
+from sbreference import ServiceBusError
 
 from . import values as v
 from .state import ConnState

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
-from reference import ErrorCode, Namespace, ServiceBusError
+from sbreference import ErrorCode, Namespace, ServiceBusError
 
 from .management import NOTHING, Changes
 from .state import WallClock

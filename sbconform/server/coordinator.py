@@ -1,7 +1,7 @@
 """The transaction coordinator of ``sbconform serve``: AMQP 1.0 transactions over the model's
-coordinator (reference/transactions.py), as Service Bus speaks them.
+coordinator (sbreference/transactions.py), as Service Bus speaks them.
 
-Wire facts (spec/wire.md, "Transactions"; sources: Microsoft's "AMQP 1.0 in Azure Service Bus and
+Wire facts (sbspec/wire.md, "Transactions"; sources: Microsoft's "AMQP 1.0 in Azure Service Bus and
 Event Hubs protocol guide", section Transactions and Send-via; OASIS AMQP 1.0 part 4):
 
 - A controller attaches a sending link whose target is a ``coordinator`` (AMQP type 0x30); on it it
@@ -27,7 +27,7 @@ from typing import Any
 
 from proton import Condition, Data, Delivery, Described, Link, Message, Terminus, symbol, ulong
 
-from reference import ErrorCode, ServiceBusError
+from sbreference import ErrorCode, ServiceBusError
 
 DECLARE, DISCHARGE, DECLARED, TRANSACTIONAL_STATE = 0x31, 0x32, 0x33, 0x34
 ACCEPTED, REJECTED, RELEASED, MODIFIED = 0x24, 0x25, 0x26, 0x27

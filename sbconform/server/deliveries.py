@@ -11,10 +11,10 @@ from typing import Any
 
 from proton import Delivery, Endpoint, Link
 
-from reference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
-from reference import Message as ModelMessage
-from reference.message import Delivery as ModelDelivery
-from reference.message import State, StoredMessage
+from sbreference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
+from sbreference import Message as ModelMessage
+from sbreference.message import Delivery as ModelDelivery
+from sbreference.message import State, StoredMessage
 
 from ..amqp import codec
 from . import coordinator

@@ -13,7 +13,7 @@ from typing import Any
 
 from proton import Condition, Described, Endpoint, Link, Terminus, int32
 
-from reference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
+from sbreference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
 
 from . import coordinator
 from . import values as v
@@ -95,7 +95,7 @@ class Links:
         wants, session_id = self._session_filter(remote_source)
         if wants or store.requires_session and wants:
             r.wants_session = True
-            # The client's operation timeout, else the service's default (spec/wire.md 4)
+            # The client's operation timeout, else the service's default (sbspec/wire.md 4)
             timeout_ms = v.SESSION_WAIT_MS
             props = link.remote_properties or {}
             if props.get(v.ATTACH_TIMEOUT) is not None:
@@ -161,7 +161,7 @@ class Links:
         self._flush(state)
 
     def _link_properties(self, link: Link, path: str) -> None:
-        """What Service Bus says on an entity link's ATTACH (spec/wire.md 4): the entity's
+        """What Service Bus says on an entity link's ATTACH (sbspec/wire.md 4): the entity's
         max-message-size (256 KB Standard, the entity's own up to 100 MB on Premium), a
         tracking id, and the entity type."""
         entity = self.namespace.entities.get(path.split("/", 1)[0].lower())

@@ -17,8 +17,8 @@ from typing import Any, Callable, NamedTuple
 
 from proton import UNDESCRIBED, Array, Data, timestamp
 
-from reference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
-from reference import Message as ModelMessage
+from sbreference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
+from sbreference import Message as ModelMessage
 
 from ..amqp import codec
 from . import values as v

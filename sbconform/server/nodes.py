@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 from proton import Message
 
-from reference import ServiceBusError
+from sbreference import ServiceBusError
 
 from ..amqp import codec
 from . import control, management

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reference import CorrelationFilter, ErrorCode, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
+from sbreference import CorrelationFilter, ErrorCode, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
 
 RULE_DESCRIPTION = 0x0000013700000004
 EMPTY_RULE_ACTION = 0x0000013700000005

@@ -32,7 +32,7 @@ import time
 from collections import defaultdict
 from typing import Callable
 
-from reference import Namespace
+from sbreference import Namespace
 
 from ..amqp import codec
 from .config import Config

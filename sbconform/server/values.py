@@ -12,7 +12,7 @@ from cproton import bytes2pybytes
 from cproton_ffi import lib as _lib
 from proton import Array, Condition, Delivery, symbol
 
-from reference import ServiceBusError
+from sbreference import ServiceBusError
 
 from ..amqp import codec
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Callable
 
-from reference import ErrorCode, ServiceBusError
-from reference.clock import TIMESPAN_MAX
-from reference.paths import parse as parse_path
+from sbreference import ErrorCode, ServiceBusError
+from sbreference.clock import TIMESPAN_MAX
+from sbreference.paths import parse as parse_path
 
 #: EntityDescription fields that are durations (model milliseconds)
 DURATIONS = frozenset({"lock_duration", "default_message_time_to_live", "duplicate_detection_history_time_window", "auto_delete_on_idle"})
@@ -87,7 +87,7 @@ def description_of(kind: str, props: Any) -> dict[str, Any]:
 
 def split_path(path: str) -> tuple[str, str, str | None]:
     """``q`` -> ("entity", "q", None): a queue or a topic; ``t/Subscriptions/s`` -> ("subscription", "t", "s")."""
-    parsed = parse_path(path)  # the one entity-path parser (reference/paths.py)
+    parsed = parse_path(path)  # the one entity-path parser (sbreference/paths.py)
     if parsed.subscription is not None:
         return "subscription", parsed.entity, parsed.subscription
     return "entity", path, None
@@ -229,7 +229,7 @@ def sdk_rule(rule: Any) -> tuple[Any, Any]:
     """A ``reference.Rule``'s filter and action as the administration client's objects."""
     from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, SqlRuleAction, SqlRuleFilter, TrueRuleFilter
 
-    from reference import CorrelationFilter, FalseFilter, SqlFilter, TrueFilter
+    from sbreference import CorrelationFilter, FalseFilter, SqlFilter, TrueFilter
 
     f = rule.filter
     if isinstance(f, TrueFilter):
@@ -251,7 +251,7 @@ def model_rule(props: Any) -> Any:
     """An administration client ``RuleProperties`` as a ``reference.Rule``."""
     from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, TrueRuleFilter
 
-    from reference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
+    from sbreference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
 
     f = props.filter
     if isinstance(f, TrueRuleFilter):

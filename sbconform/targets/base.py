@@ -8,12 +8,12 @@ to this interface, so the same scenario runs everywhere.
 Conventions:
 - Times and durations are whole milliseconds. ``now()`` is the target's clock (virtual on
   the reference, wall time since the target opened elsewhere); ``wait(ms)`` lets time pass.
-- Outgoing messages are ``reference.Message``; what comes back is ``Received``.
+- Outgoing messages are ``sbreference.Message``; what comes back is ``Received``.
 - Every failure is a ``reference.ServiceBusError`` with a code from ``reference.ErrorCode``:
   targets translate what their broker or SDK raised into that vocabulary.
 - Each sender and receiver has a connection of its own (as the SDK does), so dropping
   one receiver's connection affects only its locks.
-- A target declares ``capabilities`` (names from spec/vocabulary.toml). Scenarios that
+- A target declares ``capabilities`` (names from sbspec/vocabulary.toml). Scenarios that
   need one it lacks are skipped with that reason, never silently.
 """
 
@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from reference import ErrorCode, Message, Rule, ServiceBusError
+from sbreference import ErrorCode, Message, Rule, ServiceBusError
 
 PEEK_LOCK = "peek-lock"
 RECEIVE_AND_DELETE = "receive-and-delete"

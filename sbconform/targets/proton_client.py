@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from reference import ErrorCode, ServiceBusError
+from sbreference import ErrorCode, ServiceBusError
 
 
 def _code_of_condition(condition: str) -> ErrorCode:

@@ -5,7 +5,7 @@ One connection: CBS put-token per entity, a coordinator link for declare / disch
 (optionally "via" a transfer entity) whose transfers carry ``transactional-state``, and peek-lock
 receivers whose dispositions carry it. Every call is synchronous: it does its work, then pumps the
 socket until the answer arrives or ``timeout`` passes. The wire facts are those of
-sbconform/server/coordinator.py (and spec/wire.md).
+sbconform/server/coordinator.py (and sbspec/wire.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from cproton import bytes2pybytes
 from cproton_ffi import lib as _lib
 from proton import Collector, Connection, Data, Delivery, Described, Link, Message as AmqpMessage, Terminus, Transport, symbol, ulong
 
-from reference import ErrorCode, Message, ServiceBusError
+from sbreference import ErrorCode, Message, ServiceBusError
 
 from ..server.coordinator import (
     ACCEPTED,

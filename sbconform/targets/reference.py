@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Callable, Sequence
 
-from reference import (
+from sbreference import (
     PEEK_LOCK,
     Delivery,
     ErrorCode,
@@ -306,7 +306,7 @@ class ReferenceTarget(Target):
 
 
 class ReferenceTransactionalClient(TransactionalClient):
-    """A model connection driving the namespace's transaction coordinator (reference/transactions.py)."""
+    """A model connection driving the namespace's transaction coordinator (sbreference/transactions.py)."""
 
     def __init__(self, target: ReferenceTarget) -> None:
         self.target = target

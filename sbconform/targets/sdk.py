@@ -34,8 +34,8 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-from reference import ErrorCode, Message, ServiceBusError
-from reference.paths import parse as parse_path
+from sbreference import ErrorCode, Message, ServiceBusError
+from sbreference.paths import parse as parse_path
 
 from .azure_admin import split_path  # noqa: F401
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient  # noqa: F401

@@ -1,4 +1,4 @@
-"""The SDK target's messages: a ``reference.Message`` as the SDK's, the SDK's received message
+"""The SDK target's messages: a ``sbreference.Message`` as the SDK's, the SDK's received message
 as a ``Received``, and the sends the SDK has no API for (transactions, pre-settled transfers),
 made with python-qpid-proton on the same endpoint (split out of ``sdk.py``, behaviour unchanged)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Sequence
 
-from reference import Message, ServiceBusError
+from sbreference import Message, ServiceBusError
 
 from .base import PEEK_LOCK, Handle, Received, TransactionalClient
 from .proton_client import LowLevelClient

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reference import ErrorCode, ServiceBusError
+from sbreference import ErrorCode, ServiceBusError
 
 from .azure_admin import FIELDS as ADMIN_FIELDS
 from .azure_admin import AdminProvisioner

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from reference import ErrorCode, ServiceBusError
+from sbreference import ErrorCode, ServiceBusError
 
 from ..amqp import codec
 
@@ -124,7 +124,7 @@ def translate(error: BaseException) -> ServiceBusError:
     if code in (ErrorCode.MESSAGE_SIZE_EXCEEDED, ErrorCode.QUOTA_EXCEEDED):
         transient = False
     out = ServiceBusError(code, str(error).splitlines()[0][:500] if str(error) else type(error).__name__, transient=transient)
-    out.condition = _condition_text(error)  # the broker's own, for clients that decide from it (reference/paired/transience.py)
+    out.condition = _condition_text(error)  # the broker's own, for clients that decide from it (sbreference/paired/transience.py)
     return out
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from reference import Message
+from sbreference import Message
 
 from .base import PEEK_LOCK, Handle, Received, Target, TransactionalClient
 

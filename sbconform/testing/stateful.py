@@ -37,9 +37,9 @@ from typing import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from reference import PEEK_LOCK, RECEIVE_AND_DELETE, SECOND, ErrorCode, Message, Namespace, ServiceBusError, partition_of
-from reference.operations import SETTLEMENTS
-from reference.operations import settle as settle_op
+from sbreference import PEEK_LOCK, RECEIVE_AND_DELETE, SECOND, ErrorCode, Message, Namespace, ServiceBusError, partition_of
+from sbreference.operations import SETTLEMENTS
+from sbreference.operations import settle as settle_op
 
 from ..targets import Handle, Received, Target
 

@@ -1,19 +1,14 @@
 """The trace checker's model adapter: one piece of a trace through the reference model.
 
-A **piece** is everything that happens to one entity: a queue (with its dead-letter
-subqueue and, when partitioned, all its partitions, so that a key's partition can be
-compared across partitions: PART-KEY-006). Pieces are independent, so a trace can be
-split by piece and checked in parallel (``sbconform.trace.replay``).
-
-The model is ``reference.store.MessageStore``, the settlement state machine the
-``Namespace`` itself uses, one per partition; this module only maps what the trace
-observed (lock tokens as text, clients, sequence numbers) onto it and compares each
-observed result with what the model allows (``PieceModel.apply``: one operation, its
-invoke and completion events). No second model lives here.
-
-As Porcupine separates a model from the search over histories, the search over orders
-of concurrent operations is ``sbconform.trace.search`` (``PieceChecker``), and reading
-batches and writing results is ``sbconform.trace.replay``.
+A **piece** is everything that happens to one entity (a queue with its dead-letter subqueue
+and, when partitioned, all its partitions: PART-KEY-006). Pieces are independent, so a trace
+can be split by piece and checked in parallel (``sbconform.trace.replay``). The model is
+``sbreference.store.MessageStore``, the settlement state machine the ``Namespace`` itself uses,
+one per partition; this module maps what the trace observed (lock tokens as text, clients,
+sequence numbers) onto it and compares each observed result with what the model allows
+(``PieceModel.apply``). As Porcupine separates a model from the search over histories, the
+search over orders of concurrent operations is ``sbconform.trace.search`` (``PieceChecker``),
+and reading batches and writing results is ``sbconform.trace.replay``.
 """
 
 from __future__ import annotations
@@ -21,15 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-
-from reference.clock import NEVER, TIMESPAN_MAX
-from reference.entity import PING_CONTENT_TYPE, effective_time_to_live
-from reference.errors import ErrorCode, ServiceBusError
-from reference.message import Message, State, StoredMessage
-from reference.operations import settle
-from reference.paths import DEAD_LETTER_SUFFIX, entity_key
-from reference.partitioning import partition_key, partition_of
-from reference.store import PEEK_LOCK, MessageStore
+from sbreference.clock import NEVER, TIMESPAN_MAX
+from sbreference.entity import PING_CONTENT_TYPE, effective_time_to_live
+from sbreference.errors import ErrorCode, ServiceBusError
+from sbreference.message import Message, State, StoredMessage
+from sbreference.operations import settle
+from sbreference.paths import DEAD_LETTER_SUFFIX, entity_key
+from sbreference.partitioning import partition_key, partition_of
+from sbreference.store import PEEK_LOCK, MessageStore
 
 from .verdicts import (  # noqa: F401  (the row layout and verdicts, importable from here)
     ARGS, CLAUSES, CLIENT, CONN, DELIVERY_COUNT, ENTITY, ERROR, LOCK, MESSAGE_ID, OP, OP_ID, PARTITION,
@@ -44,7 +38,7 @@ MAX_CANDIDATES = 64
 CHECKPOINT_EVERY = 128
 REMEMBER_REMOVED = 20_000
 
-#: The piece an entity path belongs to: the queue or topic, lower case (reference/paths.py).
+#: The piece an entity path belongs to: the queue or topic, lower case (sbreference/paths.py).
 piece_key = entity_key
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from reference import ErrorCode, Message
+from sbreference import ErrorCode, Message
 
 from ..targets.base import Received, Target
 from .io import JsonlWriter

@@ -28,10 +28,10 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable
 
-from reference import Message, Namespace, ServiceBusError
-from reference.entity import PING_CONTENT_TYPE
-from reference.operations import settle
-from reference.partitioning import sequence_number
+from sbreference import Message, Namespace, ServiceBusError
+from sbreference.entity import PING_CONTENT_TYPE
+from sbreference.operations import settle
+from sbreference.partitioning import sequence_number
 
 from .checker import CLAUSES, piece_key
 from .schema import FIELD_NAMES, arrow_schema, header

@@ -4,7 +4,7 @@ one generated entity so that the replay checker must name it (``INJECTIONS`` in
 
 from __future__ import annotations
 
-from reference.partitioning import sequence_number
+from sbreference.partitioning import sequence_number
 
 from .generate import (
     ARGS, CONN, DELIVERY_COUNT, ERROR, INJECTIONS, LOCK, LOCK_DURATION, MESSAGE_ID, OP, OP_ID, PARTITION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from reference import ErrorCode, Message, ServiceBusError
+from sbreference import ErrorCode, Message, ServiceBusError
 
 from ..targets.base import PEEK_LOCK, Handle, Received, TransactionalClient
 from .events import settled_fields

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from reference import Message, ServiceBusError
+from sbreference import Message, ServiceBusError
 
 from ..targets.base import PEEK_LOCK, Handle, Received, Target, TargetWrapper
 from .events import (  # noqa: F401  (importable from here, as before)
@@ -184,7 +184,7 @@ class RecordingTarget(TargetWrapper):
                     if self.partitions is not None:
                         result["partitions"] = self.partitions
                     elif partitioned:
-                        from reference.partitioning import STANDARD_PARTITION_COUNT
+                        from sbreference.partitioning import STANDARD_PARTITION_COUNT
 
                         result["partitions"] = STANDARD_PARTITION_COUNT
             elif self.partitions is not None:
@@ -309,7 +309,7 @@ class RecordingTarget(TargetWrapper):
     def _seqs(self, result: Any, count: int, path: str | None = None) -> list[dict[str, Any]]:
         """The ok fields of ``count`` sends from what the call returned: ``seq``, and on a
         partitioned entity the partition it names (its top bits, as on Service Bus)."""
-        from reference.partitioning import partition_of
+        from sbreference.partitioning import partition_of
 
         seqs = list(result) if isinstance(result, (list, tuple)) and len(result) == count else [None] * count
         out = []

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from reference.paths import parse as parse_path
+from sbreference.paths import parse as parse_path
 
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, piece_key
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from reference.paths import ENTITY_KEY_PATTERNS
+from sbreference.paths import ENTITY_KEY_PATTERNS
 
 from ..progress import LiveLine, SparkStages
 from .checker import DEFAULT_SEARCH_BOUND
@@ -111,7 +111,7 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 else:
                     df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
                 piece = F.col("entity")
-                for pattern in ENTITY_KEY_PATTERNS:  # reference.paths.entity_key, in Spark SQL
+                for pattern in ENTITY_KEY_PATTERNS:  # sbreference.paths.entity_key, in Spark SQL
                     piece = F.regexp_replace(piece, pattern, "")
                 piece = F.lower(piece)
                 n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from reference import DAY, HOUR, MINUTE, SECOND, EntityDescription, Message, ServiceBusError, message_size
-from reference.entity import KB
-from reference.paired import (
+from sbreference import DAY, HOUR, MINUTE, SECOND, EntityDescription, Message, ServiceBusError, message_size
+from sbreference.entity import KB
+from sbreference.paired import (
     PRIMARY,
     SECONDARY,
     PairedNamespaceOptions,
@@ -257,7 +257,7 @@ def primary_unavailable(world: World, pairing: Pairing, entity: str) -> None:
 @step(r'the primary "(?P<entity>[^"]+)" fails with "(?P<code>[^"]+)"')
 def primary_fails_with(world: World, pairing: Pairing, entity: str, code: str) -> None:
     """Every operation on the entity fails with ``code``: on the wire, its AMQP condition. Whether
-    that starts the failover timer is the paired client's decision (reference/paired/transience.py)."""
+    that starts the failover timer is the paired client's decision (sbreference/paired/transience.py)."""
     world.target.make_unavailable(world.path(entity), code, None)
 
 
@@ -334,7 +334,7 @@ DOTNET_PROPERTIES = {
 
 
 def dotnet_value(text: str) -> Any:
-    from reference import INT_MAX, TIMESPAN_MAX
+    from sbreference import INT_MAX, TIMESPAN_MAX
 
     special = {"int.MaxValue": INT_MAX, "TimeSpan.MaxValue": TIMESPAN_MAX, "true": True, "false": False}
     if text in special:

@@ -1,6 +1,6 @@
 """Steps for partitioned entities (features/partitioning). Partitions are observed the
 way any client can observe them: the top 16 bits of a sequence number name the
-partition (``reference.partition_of``)."""
+partition (``sbreference.partition_of``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from pytest_bdd import parsers
 from pytest_bdd import step as bdd_step
 
-from reference import partition_of
+from sbreference import partition_of
 
 from .world import World, entity_properties, message_attributes, quoted, seconds
 

@@ -19,8 +19,8 @@ from typing import Any
 from pytest_bdd import parsers
 from pytest_bdd import step as bdd_step
 
-from reference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
-from reference.rules import DEFAULT_RULE_NAME, RULE_NAME_PROPERTY
+from sbreference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
+from sbreference.rules import DEFAULT_RULE_NAME, RULE_NAME_PROPERTY
 
 from . import world as world_module
 from .world import World, parse_phrases, quoted

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from reference import SECOND, ErrorCode, Message, ServiceBusError
+from sbreference import SECOND, ErrorCode, Message, ServiceBusError
 
 from sbconform.targets import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
 

@@ -2,7 +2,7 @@
 
 "A ping message is an empty BrokeredMessage with its ContentType property set to
 application/vnd.ms-servicebus-ping and a TimeToLive value of 1 second" (PAIR-PING-001).
-The broker never delivers one (PAIR-PING-002: ``reference.entity``, ``deliver``).
+The broker never delivers one (PAIR-PING-002: ``sbreference.entity``, ``deliver``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One table, ``TIERS``, read like the documentation's tier comparison and quotas pages;
 ``check_entity`` applies it to a description before an entity is created or updated
-(transactions check ``Tier.transactions`` through the coordinator, ``transactions.py``: TXN-TIER-001). Sources (spec/fidelity.md, SETTLE-TIER-*):
+(transactions check ``Tier.transactions`` through the coordinator, ``transactions.py``: TXN-TIER-001). Sources (sbspec/fidelity.md, SETTLE-TIER-*):
 
 - Basic has queues only: "The basic tier of Service Bus doesn't support" topics, sessions,
   duplicate detection, auto-forwarding or transactions (the enable-message-sessions,
@@ -13,7 +13,7 @@ One table, ``TIERS``, read like the documentation's tier comparison and quotas p
 - Queue or topic size: "1, 2, 3, 4 GB or 5 GB. In the Premium SKU, and the Standard SKU
   with partitioning enabled, the maximum queue or topic size is 80 GB" (service-bus-quotas).
 
-sbconform extension, recorded as such in spec/fidelity.md: sizes *below* the documented
+sbconform extension, recorded as such in sbspec/fidelity.md: sizes *below* the documented
 minimum (max message size under 256 KB on Basic/Standard, entity size under 1 GB) are
 accepted, so that kits can test size and quota rules with small messages (capability
 ``small-quota``). Everything above the documented maximum is refused, as Service Bus does.

@@ -7,7 +7,7 @@ From Microsoft's "Topic filters and actions"
 - each matching rule with an action makes its own copy, carrying ``RuleName`` and changed by
   that action only (RULES-ACT-001/002);
 - correlation filters match named properties exactly, case-sensitively, all of them (RULES-CORR-*);
-- SQL filters and actions are reference/sqlfilter.py.
+- SQL filters and actions are sbreference/sqlfilter.py.
 
 ``route(rules, message, ...)`` is the whole decision for one subscription: the copies to store,
 or that the message is dead-lettered because a rule failed to evaluate (RULES-DLQ-001).

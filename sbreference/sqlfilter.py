@@ -12,7 +12,7 @@ evaluated against a ``Properties`` view of one message; the result is ``True``, 
 ``FilterEvaluationError``: the caller dead-letters or skips the message (RULES-DLQ-001).
 
 Readings where the pages are silent, chosen once and listed as discrepancies in
-spec/clauses/rules.toml: operands of AND/OR/IN are all evaluated (no short-circuit, so an error
+sbspec/clauses/rules.toml: operands of AND/OR/IN are all evaluated (no short-circuit, so an error
 anywhere is an error); ``=`` between a string and a number is an operator-binding error, as in
 C#; LIKE is case-sensitive (ordinal), as C# string equality is.
 
@@ -152,7 +152,7 @@ def _missing(v: Any) -> bool:
 
 #: The longest string an expression may build (ours: Service Bus documents none, and would refuse a copy
 #: larger than the entity's maximum message size anyway).
-MAX_STRING = 1 << 22  # our bound (4 Mi characters), documented in spec/clauses/rules.toml
+MAX_STRING = 1 << 22  # our bound (4 Mi characters), documented in sbspec/clauses/rules.toml
 
 
 def arithmetic(op: str, a: Any, b: Any) -> Any:

@@ -1,6 +1,6 @@
 """Transactions: one state machine per transaction, and the coordinator that holds them.
 
-Sources (cited by the TXN-* clauses in spec/clauses/transactions.toml):
+Sources (cited by the TXN-* clauses in sbspec/clauses/transactions.toml):
 
 - Microsoft, "Overview of Service Bus transaction processing"
   (learn.microsoft.com/azure/service-bus-messaging/service-bus-transactions): the operations a
