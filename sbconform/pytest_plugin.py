@@ -71,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--sb-trace", default=None, metavar="DIR",
-        help="record every target a test makes: one JSON Lines trace per test in DIR (spec/trace-format.md)",
+        help="record every target a test makes: one JSON Lines trace per test in DIR (sbspec/trace-format.md)",
     )
     group.addoption(
         "--sb-certify", action="store_true", default=False,

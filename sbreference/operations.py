@@ -2,7 +2,7 @@
 
 Traces, the differential machine, the generator and the server name a settlement by its
 trace operation (``complete``, ``abandon``, ``defer``, ``dead-letter``, ``renew-lock``:
-spec/trace-format.md). The same method name does it on every layer of ours: a
+sbspec/trace-format.md). The same method name does it on every layer of ours: a
 ``MessageStore`` (``now, holder, lock_token``), a ``Namespace`` (``conn, path,
 lock_token``) and a target (``handle, message``); only dead-lettering takes a reason and
 a description (SETTLE-DLQ-001).

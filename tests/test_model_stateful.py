@@ -1,6 +1,6 @@
 """Stateful properties of the reference model's settlement state machine.
 
-The machines below drive ``reference.Namespace`` directly and keep a ledger of their own
+The machines below drive ``sbreference.Namespace`` directly and keep a ledger of their own
 (where each message should be, who holds which lock until when, how many failed
 deliveries each message has had). Every operation's result is predicted from that
 ledger, and after every step the model's observable state (peek, dead-letter peek,

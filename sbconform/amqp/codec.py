@@ -342,7 +342,7 @@ def header(durable: bytes, priority: bytes, ttl: int | None, delivery_count: int
 
 
 def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
-    """A delivery (``reference.Delivery``) as Service Bus sends it to a receiver or a peek.
+    """A delivery (``sbreference.Delivery``) as Service Bus sends it to a receiver or a peek.
     ``lock_token``: the message is delivered under a lock (peeks carry no locked-until)."""
     m = d.message
     wire = getattr(m, "wire", None)

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="certify only these clauses: an id, a glob (PART-KEY-*) or an area (repeatable); "
                         "the others are reported as skipped, not selected, and the verdict covers only these")
     p.add_argument("--trace", default=None, metavar="DIR",
-                   help="record every test's trace in DIR (one JSON Lines file per test; spec/trace-format.md)")
+                   help="record every test's trace in DIR (one JSON Lines file per test; sbspec/trace-format.md)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="run the tests in N processes side by side (real-time targets wait in parallel); "
                         "default: the number of cores")

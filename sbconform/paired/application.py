@@ -146,7 +146,7 @@ class PairedNamespaceSender:
     def send(self, entity: str, messages: Any) -> list[str]:
         """Send one message or several (``ServiceBusMessage`` or ``sbreference.Message``) to the
         queue or topic ``entity`` of the primary namespace. Returns where each went: ``entity``,
-        or the backlog queue's path. Raises ``reference.ServiceBusError`` as the seed's client
+        or the backlog queue's path. Raises ``sbreference.ServiceBusError`` as the seed's client
         would (a failure within FailoverInterval, a client error, no backlog queue left)."""
         batch = list(messages) if isinstance(messages, (list, tuple)) else [messages]
         with self._lock:

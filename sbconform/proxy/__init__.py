@@ -1,2 +1,2 @@
 """The recording proxy (``sbconform record``): relays AMQP between clients and a broker
-and writes what the clients did as a trace (``spec/trace-format.md``)."""
+and writes what the clients did as a trace (``sbspec/trace-format.md``)."""

@@ -5,7 +5,7 @@ The relay hands every frame, in the order it passed, to ``ConnInterp.from_client
 (handles in both directions, matched by link name), deliveries (delivery ids per session
 and direction), the settlement exchange and the ``$management`` request/response pairs,
 and writes ``invoke`` then ``ok``/``fail``/``info`` events in the trace format
-(``spec/trace-format.md``). Wire facts used (``/work/shared/notes/amqp-wire.md``, checked
+(``sbspec/trace-format.md``). Wire facts used (``/work/shared/notes/amqp-wire.md``, checked
 against ``sbconform serve`` and the Python SDK 7.15):
 
 - a sender's transfers are answered by a disposition from the broker: ``accepted`` (ok),

@@ -1,6 +1,6 @@
 """Subscription rules in the ATOM format of the Service Bus management REST API: the
 ``RuleDescription`` Service Bus writes, and the one a PUT body (or a subscription's
-``DefaultRuleDescription``) holds, read into ``reference.Rule`` (``sbspec/wire.md`` section 6).
+``DefaultRuleDescription``) holds, read into ``sbreference.Rule`` (``sbspec/wire.md`` section 6).
 Pure functions; ``admin_http`` serves them."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _rule_entry_into(entry: ET.Element, found: dict[str, Any], host: str) -> Non
 
 def rule_entry_xml(found: dict[str, Any], host: str) -> bytes:
     """One rule: ``found`` holds ``path`` (``t/Subscriptions/s/Rules/r``), ``rule`` (a
-    ``reference.Rule``), ``created`` and ``updated`` (epoch ms)."""
+    ``sbreference.Rule``), ``created`` and ``updated`` (epoch ms)."""
     entry = ET.Element("entry", {"xmlns": ATOM})
     _rule_entry_into(entry, found, host)
     return _document(entry)
@@ -158,7 +158,7 @@ def _parse_key_values(holder: ET.Element | None, where: str) -> dict[str, Any]:
 
 
 def parse_rule(body: bytes, name: str) -> Any:
-    """The ``reference.Rule`` a PUT body's ``RuleDescription`` describes, named ``name`` (the
+    """The ``sbreference.Rule`` a PUT body's ``RuleDescription`` describes, named ``name`` (the
     URL's: the body's ``Name`` is not trusted). SQL is left unchecked: the model checks it
     when the rule is added, and its error becomes the 400's detail."""
     try:

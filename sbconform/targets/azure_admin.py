@@ -9,7 +9,7 @@ endpoint that is the control node itself; on Azure it is :class:`AdminProvisione
 string's key). Azure has no fault injection: ``partition`` and ``entity-availability`` are
 refused, and the SDK target does not declare ``partition-outage`` or ``entity-outage`` there.
 
-Properties arrive as ``reference.EntityDescription`` field names in model milliseconds
+Properties arrive as ``sbreference.EntityDescription`` field names in model milliseconds
 (``TIMESPAN_MAX`` meaning "never", Azure's default, so it is left out of the request).
 """
 
@@ -226,7 +226,7 @@ _CORRELATION = {"correlation_id": "correlation_id", "message_id": "message_id", 
 
 
 def sdk_rule(rule: Any) -> tuple[Any, Any]:
-    """A ``reference.Rule``'s filter and action as the administration client's objects."""
+    """A ``sbreference.Rule``'s filter and action as the administration client's objects."""
     from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, SqlRuleAction, SqlRuleFilter, TrueRuleFilter
 
     from sbreference import CorrelationFilter, FalseFilter, SqlFilter, TrueFilter
@@ -248,7 +248,7 @@ def sdk_rule(rule: Any) -> tuple[Any, Any]:
 
 
 def model_rule(props: Any) -> Any:
-    """An administration client ``RuleProperties`` as a ``reference.Rule``."""
+    """An administration client ``RuleProperties`` as a ``sbreference.Rule``."""
     from azure.servicebus.management import CorrelationRuleFilter, FalseRuleFilter, TrueRuleFilter
 
     from sbreference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter

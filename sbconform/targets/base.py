@@ -9,7 +9,7 @@ Conventions:
 - Times and durations are whole milliseconds. ``now()`` is the target's clock (virtual on
   the reference, wall time since the target opened elsewhere); ``wait(ms)`` lets time pass.
 - Outgoing messages are ``sbreference.Message``; what comes back is ``Received``.
-- Every failure is a ``reference.ServiceBusError`` with a code from ``reference.ErrorCode``:
+- Every failure is a ``sbreference.ServiceBusError`` with a code from ``sbreference.ErrorCode``:
   targets translate what their broker or SDK raised into that vocabulary.
 - Each sender and receiver has a connection of its own (as the SDK does), so dropping
   one receiver's connection affects only its locks.
@@ -150,7 +150,7 @@ class Target(ABC):
     @abstractmethod
     def create_queue(self, name: str, **properties: Any) -> str:
         """Create a queue; returns the path to use (targets may add a unique suffix).
-        ``properties`` are ``reference.EntityDescription`` field names."""
+        ``properties`` are ``sbreference.EntityDescription`` field names."""
 
     @abstractmethod
     def create_topic(self, name: str, **properties: Any) -> str: ...
@@ -179,14 +179,14 @@ class Target(ABC):
         raise NotImplementedError
 
     def describe_entity(self, path: str) -> dict[str, Any]:
-        """The entity's description as ``reference.EntityDescription`` field names and
+        """The entity's description as ``sbreference.EntityDescription`` field names and
         values (capability ``entity-management``)."""
         self.require("entity-management")
         raise NotImplementedError
 
     # ------------------------------------------------------------------ rules
     def add_rule(self, subscription_path: str, rule: Rule) -> None:
-        """Add a rule (``reference.Rule``: a name, a filter, an optional action) to a
+        """Add a rule (``sbreference.Rule``: a name, a filter, an optional action) to a
         subscription (capability ``rules``). An invalid SQL filter or action, or a name
         already taken, is an error (RULES-SQL-014, RULES-RULE-004)."""
         self.require("rules")

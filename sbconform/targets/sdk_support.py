@@ -81,7 +81,7 @@ def _code_of_condition(condition: str) -> ErrorCode:
 
 
 def translate(error: BaseException) -> ServiceBusError:
-    """An SDK exception as a ``reference.ServiceBusError``."""
+    """An SDK exception as a ``sbreference.ServiceBusError``."""
     from azure.servicebus import exceptions as x
 
     mapping = [

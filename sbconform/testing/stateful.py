@@ -2,7 +2,7 @@
 
 ``DifferentialMachine(make_target)`` is a Hypothesis ``RuleBasedStateMachine`` (a plain
 class taking its target factory, as zarr-python's stateful tests take their store). Each step performs one operation on the target under test and the same
-operation on a shadow ``reference.Namespace``, and accepts the target's outcome only if
+operation on a shadow ``sbreference.Namespace``, and accepts the target's outcome only if
 the model allows it:
 
 - a receive may return fewer messages than asked (SDKs do), but what it returns must be
@@ -69,7 +69,7 @@ def _outcome(operation: Callable[[], object]) -> tuple[object, ErrorCode | None]
 
 
 class DifferentialMachine(RuleBasedStateMachine):
-    """The target made by ``make_target`` in lockstep with a ``reference.Namespace``."""
+    """The target made by ``make_target`` in lockstep with a ``sbreference.Namespace``."""
 
     def __init__(self, make_target: Callable[[], Target], receivers: int = 3) -> None:
         super().__init__()

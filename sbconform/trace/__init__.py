@@ -1,1 +1,1 @@
-"""Traces: what a run did and saw (format in schema.py and spec/trace-format.md)."""
+"""Traces: what a run did and saw (format in schema.py and sbspec/trace-format.md)."""

@@ -1,6 +1,6 @@
 """Trace events of recorded runs: the fields each call gives, the numbering of one trace
 (``TraceRecorder``) and the trace of one test (``TestTrace``). The target wrapper that
-calls them is ``recorder.RecordingTarget``; ``spec/trace-format.md`` is the format."""
+calls them is ``recorder.RecordingTarget``; ``sbspec/trace-format.md`` is the format."""
 
 from __future__ import annotations
 

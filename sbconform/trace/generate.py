@@ -13,7 +13,7 @@ written either
 
 - ``by-piece`` (a directory): one Parquet file per bucket, bucket =
   ``crc32(piece key) % buckets``, every event of a piece in its bucket, in position
-  order, plus ``_layout.json`` (see ``spec/trace-format.md``, "Replay layout");
+  order, plus ``_layout.json`` (see ``sbspec/trace-format.md``, "Replay layout");
 - ``time`` (a ``.parquet`` or ``.jsonl`` file): every event in position order.
 
 ``inject`` plants violations, each in its own entity of a fitting shape, and writes

@@ -1,6 +1,6 @@
 """Reading and writing traces: JSON Lines (streaming append) and Parquet (large traces).
 
-The format is ``schema.py`` / ``spec/trace-format.md``. Readers yield events as dicts
+The format is ``schema.py`` / ``sbspec/trace-format.md``. Readers yield events as dicts
 holding every field of ``schema.FIELDS`` (missing optional ones as ``None``), checked by
 ``schema.check_event``; ``Event(**row)`` makes an object of one.
 

@@ -2,7 +2,7 @@
 
 ``RecordingTarget(target, recorder)`` behaves exactly as ``target`` (same results, same
 errors, same capabilities) and writes, for each call, an ``invoke`` event before it and
-``ok`` / ``fail`` / ``info`` events after it (``spec/trace-format.md``, "Recorded traces",
+``ok`` / ``fail`` / ``info`` events after it (``sbspec/trace-format.md``, "Recorded traces",
 lists what each call gives). ``TraceRecorder`` numbers events, operations, clients and
 namespaces of one trace and hands the events to a writer (``JsonlWriter``: each event is
 on disk when the call returns).

@@ -1,5 +1,5 @@
 """The trace format, version 1: one event per step of an operation (documented in
-``spec/trace-format.md``; this module is its machine-readable form).
+``sbspec/trace-format.md``; this module is its machine-readable form).
 
 Operations follow Jepsen's phases. A client ``invoke``s an operation (``op_id`` names it,
 unique within the trace), then the same ``op_id`` ends with ``ok`` (it happened), ``fail``
@@ -48,7 +48,7 @@ OPERATIONS: dict[str, str] = {
     "partition-up": "fault injection: entity, partition",
     "wait": "args.ms: time the client let pass (virtual-time targets)",
     "failover": "paired namespaces: args.state (primary | failover), entity the backlog queue or path",
-    # added to version 1 with the recorder (spec/trace-format.md, "Operations"): every Target call is recorded
+    # added to version 1 with the recorder (sbspec/trace-format.md, "Operations"): every Target call is recorded
     "attach": "a sender or receiver link opens: entity; args: kind (sender | receiver), mode; fail: e.g. the entity does not exist",
     "update-entity": "entity; args.properties: the changed EntityDescription fields",
     "describe-entity": "entity; ok: result is the description (an observation, changes nothing)",
@@ -81,7 +81,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("partition_key", "string", "partition key"),
     ("args", "string", "operation arguments, a JSON object"),
     ("result", "string", "operation result, a JSON object"),
-    ("error", "string", "error code (reference.ErrorCode value) on fail/info"),
+    ("error", "string", "error code (sbreference.ErrorCode value) on fail/info"),
 )
 FIELD_NAMES = tuple(name for name, _, _ in FIELDS)
 REQUIRED = frozenset({"trace", "pos", "time", "client", "op_id", "op", "phase"})
