@@ -349,6 +349,25 @@ def test_links_per_connection_are_bounded_and_closed_links_are_released() -> Non
         server.stop()
 
 
+def test_links_of_an_ended_session_no_longer_count_against_the_link_limit() -> None:
+    """END ends a session's links without a DETACH each (AMQP 1.0 2.5.5): they are no longer
+    open, so a long-lived client that begins and ends sessions never reaches --max-links."""
+    server = InProcess(max_links=10)
+    try:
+        c = authorized_sender(server.port, "open")
+        links = lambda: max(s.links for s in server.server.conns.values())  # noqa: E731
+        before = server.on_loop(links)  # the first session's: $cbs, its reply link, the sender
+        for cycle in range(15):  # never more than one link open besides those
+            c.send(begin(1), attach(f"s{cycle}", 0, "open", True, channel=1), frame(performative(0x17), 1))
+            c.read(0.2)
+        c.read(0.5)
+        assert not c.closed and not c.frames.of(CLOSE), f"closed: {c.frames.of(CLOSE)}"
+        assert server.on_loop(links) == before
+        served(server.port)
+    finally:
+        server.stop()
+
+
 def test_sessions_begun_and_ended_in_a_loop_are_released() -> None:
     """60,000 BEGIN/END pairs on one connection: the server's memory does not grow with them
     (proton kept every ended session for the whole connection: about 1.7 kB each)."""

@@ -319,14 +319,14 @@ class ConnectionLoop:
             if info is not None and info.receiving is not None:
                 self._serve(info.receiving)
         elif kind == Event.LINK_REMOTE_OPEN:
-            state.links += 1
-            if state.links > self.limits.max_links:
+            state.open_links.add(event.link)
+            if len(state.open_links) > self.limits.max_links:
                 self._shut(state, "amqp:resource-limit-exceeded",
                            f"More than {self.limits.max_links} links open on one connection (--max-links).")
                 return
             self._attach(state, event.link)
         elif kind == Event.LINK_REMOTE_CLOSE:
-            state.links -= 1
+            state.open_links.discard(event.link)
             self._detach(state, event.link)
             self._release(state, event.link)
         elif kind == Event.SESSION_REMOTE_OPEN:

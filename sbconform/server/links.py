@@ -268,8 +268,9 @@ class Links:
         for address, link in list(state.reply_links.items()):
             if link.session == session:
                 del state.reply_links[address]
-        for link in list(state.granted) + list(state.fed) + list(state.link_info):
+        for link in list(state.granted) + list(state.fed) + list(state.link_info) + list(state.open_links):
             if link.session == session:
+                state.open_links.discard(link)  # ended with its session (AMQP 1.0 2.5.5)
                 state.granted.discard(link)
                 state.fed.discard(link)
                 state.link_info.pop(link, None)  # freed with the session

@@ -100,7 +100,7 @@ class ConnState:
         self.throttled = False  # its output is over the cap: neither read from nor served
         self.registered = True
         self.unpushed = memoryview(b"")  # bytes read that proton could not take yet
-        self.links = 0  # links the client has open
+        self.open_links: set[Link] = set()  # links the client has open (attached, not detached nor ended)
         self.sessions: set[Any] = set()  # its sessions (for the bytes queued in them)
         self.fed: set[Link] = set()  # links that received transfers in this read (credit top-up)
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
@@ -110,6 +110,11 @@ class ConnState:
         self.closed = False
         self.clean_close = False
         self.tag = 0
+
+    @property
+    def links(self) -> int:
+        """How many links the client has open (``--max-links`` bounds it)."""
+        return len(self.open_links)
 
     def queued_output(self) -> int:
         """Bytes of deliveries queued in its sessions, not yet framed for the transport."""
