@@ -169,3 +169,38 @@ def test_send_via_needs_a_token_for_the_destination_too(serve: Serve) -> None:
         assert fails(c.send, txn, "other", [Message(body=b"x", message_id="via-1")], "q").code is ErrorCode.UNAUTHORIZED
     finally:
         c.close()
+
+
+
+def test_a_control_message_the_coordinator_fails_on_is_rejected_with_the_info_map_the_sdks_read() -> None:
+    """Whatever the coordinator fails on is a rejection with a condition that carries the info
+    map with the tracking id (the SDKs read the error's third field and fail on a shorter one)."""
+    from types import SimpleNamespace
+
+    from proton import Delivery, Message as AmqpMessage
+
+    from sbconform.server import coordinator
+    from sbconform.server.values import condition
+
+    class Broken:
+        def declare(self, conn):
+            raise RuntimeError("boom")
+
+    class FakeDelivery:
+        def __init__(self) -> None:
+            self.local = SimpleNamespace(condition=None, data=None)
+            self.state = None
+
+        def update(self, state) -> None:
+            self.state = state
+
+        def settle(self) -> None:
+            pass
+
+    dlv = FakeDelivery()
+    coordinator.control(SimpleNamespace(transactions=Broken()), 1,
+                        AmqpMessage(body=Described(ulong(coordinator.DECLARE), [])).encode(), dlv, condition)
+    assert dlv.state == Delivery.REJECTED
+    assert dlv.local.condition.name == "amqp:decode-error"
+    info = dlv.local.condition.info
+    assert info and "com.microsoft:tracking-id" in {str(k) for k in info}, dlv.local.condition

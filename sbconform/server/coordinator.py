@@ -25,9 +25,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proton import Condition, Data, Delivery, Described, Link, Message, Terminus, symbol, ulong
+from proton import Data, Delivery, Described, Link, Message, Terminus, symbol, ulong
 
 from sbreference import ErrorCode, ServiceBusError
+
+from . import values as v
 
 DECLARE, DISCHARGE, DECLARED, TRANSACTIONAL_STATE = 0x31, 0x32, 0x33, 0x34
 ACCEPTED, REJECTED, RELEASED, MODIFIED = 0x24, 0x25, 0x26, 0x27
@@ -135,7 +137,7 @@ def control(namespace: Any, conn: int, data: bytes, dlv: Delivery, condition: An
     except ServiceBusError as error:
         dlv.local.condition = condition(error)
     except Exception as error:  # an undecodable control message is the peer's mistake, not ours
-        dlv.local.condition = Condition("amqp:decode-error", f"the control message could not be decoded: {error}")
+        dlv.local.condition = v.error("amqp:decode-error", f"the control message could not be decoded: {error}")
     dlv.update(Delivery.REJECTED)
     dlv.settle()
 
