@@ -88,6 +88,10 @@ def test_config_rules_replace_default_and_round_trip():
         ([{"Name": "r", "Properties": {"FilterType": "Correlation", "CorrelationFilter": {}}}], "Rules[0]: A correlation filter must name at least one property"),
         ([{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "a=1"}, "Action": {"SqlExpression": "SET"}}}], "Rules[0]: The SQL rule action expression is not valid"),
         ([{"Properties": {}}], "Rules[0].Name"),
+        ([{"Name": "r", "Filter": {}, "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}}}], "Rules[0].Filter: unknown key"),
+        ([{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFiltre": {"SqlExpression": "1=1"}}}], "Rules[0].Properties.SqlFiltre: unknown key"),
+        ([{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpresion": "1=1"}}}], "Rules[0].Properties.SqlFilter.SqlExpresion: unknown key"),
+        ([{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}, "Action": {"Expression": "SET a=1"}}}], "Rules[0].Properties.Action.Expression: unknown key"),
         ("nope", "Rules: expected a list"),
     ],
 )

@@ -230,6 +230,19 @@ def rule_from_description(value: Any) -> Rule:
 # ------------------------------------------------------------------ Config.json
 
 
+# The keys Microsoft's emulator reads in a rule (its Config.json): anything else is a mistake
+# (a misspelt key would otherwise be ignored and the rule silently mean something else)
+_RULE_KEYS = frozenset({"Name", "Properties"})
+_RULE_PROPERTY_KEYS = frozenset({"FilterType", "CorrelationFilter", "SqlFilter", "Action"})
+_SQL_KEYS = frozenset({"SqlExpression", "CompatibilityLevel", "RequiresPreprocessing"})
+
+
+def _only(entry: dict, known: frozenset[str], at: str) -> None:
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise ValueError(f"{at}.{unknown[0]}: unknown key (known here: {', '.join(sorted(known))})")
+
+
 def config_rules(raw: Any, where: str) -> list[Rule] | None:
     """``Subscriptions[j].Rules`` -> rules (None if absent); errors name the JSON path and
     are raised as ValueError for the caller to wrap."""
@@ -242,9 +255,14 @@ def config_rules(raw: Any, where: str) -> list[Rule] | None:
         at = f"{where}[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("Name"), str) or not entry["Name"]:
             raise ValueError(f"{at}.Name: expected a non-empty string")
+        _only(entry, _RULE_KEYS, at)
         props = entry.get("Properties") or {}
         if not isinstance(props, dict):
             raise ValueError(f"{at}.Properties: expected an object")
+        _only(props, _RULE_PROPERTY_KEYS, f"{at}.Properties")
+        for part in ("SqlFilter", "Action"):
+            if isinstance(props.get(part), dict):
+                _only(props[part], _SQL_KEYS, f"{at}.Properties.{part}")
         kind = str(props.get("FilterType", "")).lower()
         try:
             if kind == "correlation":
