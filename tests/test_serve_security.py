@@ -409,6 +409,25 @@ def test_the_limit_flags_reach_the_server() -> None:
         serve.stop()
 
 
+
+def test_the_frame_size_flag_is_advertised_and_enforced_and_a_bad_one_is_one_line() -> None:
+    serve = Serve(CONFIG, ["--max-frame-size", "4096", "--close-grace", "0.5"])
+    try:
+        c = RawClient(serve.port)
+        c.open_session()
+        assert int(c.frames.of(OPEN)[0][2].value[2]) == 4096, "max-frame-size not advertised in OPEN"
+        c.send(frame(performative(0x13, None, uint(0), uint(5000), uint(5000), b"x" * 8192)))  # a FLOW of 8 kB
+        c.read(3)
+        assert c.closed, "a frame over --max-frame-size was taken"
+        served(serve.port)
+    finally:
+        serve.stop()
+    for bad in ("100", "0"):
+        done = subprocess.run([sys.executable, "-m", "sbconform.cli", "serve", "--port", "0", "--max-frame-size", bad],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "max" in done.stderr, done.stderr
+
 def test_the_connection_limit() -> None:
     server = InProcess(max_connections=3)
     try:

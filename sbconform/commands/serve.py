@@ -17,6 +17,9 @@ LIMIT_FLAGS = {
     "--max-links": ("max_links", int, "links open at once on one connection"),
     "--max-tokens": ("max_tokens", int, "CBS tokens (audiences) one connection may hold"),
     "--link-credit": ("link_credit", int, "credit granted to each sending link"),
+    "--max-frame-size": ("max_frame_size", int, "largest AMQP frame in bytes (advertised in OPEN; at least 512)"),
+    "--accept-backoff": ("accept_backoff", float, "seconds the listener pauses when out of file descriptors"),
+    "--close-grace": ("close_grace", float, "seconds a connection the server closes has to read its CLOSE"),
 }
 
 
@@ -38,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"sbconform serve: {flag} {value}: expected a positive number", file=sys.stderr)
                 return 2
             chosen[name] = value
-    limits = Limits(**chosen)
+    try:
+        limits = Limits(**chosen)
+    except ValueError as error:
+        print(f"sbconform serve: {error}", file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config)
     except ConfigError as error:

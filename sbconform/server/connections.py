@@ -55,7 +55,7 @@ class ConnectionLoop:
         if state.closing or state.closed:
             return
         state.closing = True
-        state.close_by = time.monotonic() + 2.0
+        state.close_by = time.monotonic() + self.limits.close_grace
         try:
             state.connection.condition = v.error(condition, text)
             if state.connection.state & Endpoint.LOCAL_UNINIT:

@@ -47,14 +47,26 @@ class Limits:
     #: credit granted to each sending link; transfers beyond it close the link
     #: (amqp:link:transfer-limit-exceeded) [--link-credit]
     link_credit: int = 1000
-    #: seconds the listener pauses when the process is out of file descriptors
+    #: largest frame the server accepts and advertises in OPEN (max-frame-size); a larger
+    #: frame is a framing error that closes the connection (AMQP 1.0 2.7.1) [--max-frame-size]
+    max_frame_size: int = MiB
+    #: seconds the listener pauses when the process is out of file descriptors [--accept-backoff]
     accept_backoff: float = 0.5
+    #: seconds a connection the server closed has to read its CLOSE before the socket is
+    #: closed anyway [--close-grace]
+    close_grace: float = 2.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{f.name}: expected a positive number, got {value!r}")
+        if self.max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise ValueError(f"max_frame_size: AMQP allows no less than {MIN_MAX_FRAME_SIZE} bytes, got {self.max_frame_size}")
+
+
+#: AMQP 1.0 2.7.1: MIN-MAX-FRAME-SIZE, the least max-frame-size a peer may advertise
+MIN_MAX_FRAME_SIZE = 512
 
 
 # AMQP 1.0 part 3, 3.2.5: "The keys of this map are restricted to be of type string (which

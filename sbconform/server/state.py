@@ -77,7 +77,7 @@ class ConnState:
         self.sock = sock
         self.scanner = FrameScanner()
         self.transport = Transport(Transport.SERVER)
-        self.transport.max_frame_size = 1024 * 1024
+        self.transport.max_frame_size = limits.max_frame_size
         # advertised in OPEN (proton says half); enforced by the server (_tick), which checks
         # before proton would (proton's deadline starts at a tick after the last input)
         self.transport.idle_timeout = limits.idle_timeout
