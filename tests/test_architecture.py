@@ -5,7 +5,7 @@ The model's public surface (``Namespace.receiving_store``, ``sending_entity``,
 targets, the server, the trace checker and the tests use; a name starting with ``_`` in
 ``sbreference/`` may change at any time. The walk is syntactic (no types), so it flags:
 
-- ``from sbreference... import _name`` and ``reference.module._name``;
+- ``from sbreference... import _name`` and ``sbreference.module._name``;
 - ``expr._name`` where ``_name`` is a private name defined in ``sbreference/`` (a function,
   method, class or module attribute, or an instance attribute assigned there) and the
   file does not define a private name of its own spelled the same way; ``self._x`` and
@@ -113,7 +113,8 @@ def test_known_list_is_current() -> None:
 
 @pytest.mark.parametrize("source, expected", [
     ("from sbreference.namespace import _x\n", 1),
-    ("import sbreference\nreference.namespace._resolve\n", 1),
+    ("import sbreference\nsbreference.namespace._resolve\n", 1),
+    ("import sbreference\nsbreference.namespace._other\n", 1),
     ("def f(ns):\n    return ns._receiving_store('q')\n", 1),
     ("class A:\n    def f(self):\n        return self._receiving_store('q')\n", 0),
     ("def f(ns):\n    return ns.receiving_store('q')\n", 0),
