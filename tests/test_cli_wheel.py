@@ -59,12 +59,14 @@ def run(env_dir: Path, *args: str, cwd: Path, env: dict | None = None) -> subpro
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path) -> None:
     probe = subprocess.run([str(installed / "bin" / "python"), "-c",
-                            "import sbconform, spec, reference; from sbconform.coverage import kit_root; "
-                            "print(sbconform.__file__); print(kit_root())"],
+                            "import sbconform, sbspec, sbreference, importlib.util as u; from sbconform.coverage import kit_root; "
+                            "print(sbconform.__file__); print(kit_root()); "
+                            "print(u.find_spec('spec') is None and u.find_spec('reference') is None)"],
                            capture_output=True, text=True, cwd=tmp_path, env={"PATH": os.environ.get("PATH", "")})
     assert probe.returncode == 0, probe.stderr
-    package, kit = probe.stdout.split()
+    package, kit, no_generic_names = probe.stdout.split()
     assert str(installed) in package and not package.startswith(str(REPO))
+    assert no_generic_names == "True", "the wheel installs a top-level 'spec' or 'reference' package"
     assert kit.endswith("sbconform/_kit") and (Path(kit) / "features" / "settlement").is_dir()
 
 
