@@ -126,6 +126,11 @@ BROKER_ANNOTATIONS = frozenset({
     X_SEQUENCE_NUMBER, X_ENQUEUED_TIME, X_LOCKED_UNTIL, X_LOCK_TOKEN, X_MESSAGE_STATE,
     X_SCHEDULED, X_DEADLETTER_SOURCE, X_PARTITION_ID, X_ENQUEUE_SEQUENCE_NUMBER,
 })
+#: a management update-disposition's disposition-status -> the settlement (the trace's operation
+#: name, sbreference.operations.SETTLEMENTS); "defered" is how the SDKs spell it on the wire
+#: (azure/servicebus/_common/constants.py, MGMT_REQUEST_DISPOSITION_STATUS)
+DISPOSITION_STATUS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer",
+                      "suspended": "dead-letter"}
 #: ServiceBusMessageState (azure/servicebus/_common/constants.py): Active 0, Deferred 1, Scheduled 2
 MESSAGE_STATES = {"deferred": 1, "scheduled": 2}
 #: properties fields (AMQP 1.0 part 3, 3.2.4)

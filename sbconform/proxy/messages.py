@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from ..amqp.codec import CONDITIONS
+from sbreference import paths
+
+from ..amqp.codec import CONDITIONS, DISPOSITION_STATUS
 from ..amqp.values import Described, WireError, skip
 from ..amqp.values import decode as decode_value
 from .frames import field as fld
@@ -18,7 +20,6 @@ ACCEPTED, REJECTED, RELEASED, MODIFIED = 0x24, 0x25, 0x26, 0x27
 SESSION_FILTER = "com.microsoft:session-filter"
 LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"
 TICKS_AT_EPOCH = 621355968000000000
-DLQ = "/$deadletterqueue"
 #: unsettled deliveries remembered per session (a receiver letting locks expire forever stays bounded)
 MAX_UNSETTLED = 100_000
 
@@ -28,16 +29,12 @@ CODE_OF_CONDITION.update({"com.microsoft:auth-failed": "unauthorized", "amqp:res
                           "amqp:connection:forced": "connection-lost"})
 CODE_OF_STATUS = {401: "unauthorized", 404: "message-not-found", 409: "session-cannot-be-locked", 410: "message-lock-lost",
                   413: "message-size-exceeded", 403: "quota-exceeded", 408: "timeout", 503: "server-busy", 400: "argument-error"}
-MANAGEMENT_SETTLEMENT = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer", "suspended": "dead-letter"}
+MANAGEMENT_SETTLEMENT = DISPOSITION_STATUS  # the one table (sbconform.amqp.codec)
 
 
 def piece_of(path: str | None) -> str:
     """The queue or topic an entity path belongs to (lower case): the replay checker's piece."""
-    p = (path or "").lower()
-    cut = p.find("/subscriptions/")
-    if cut >= 0:
-        return p[:cut]
-    return p[: -len(DLQ)] if p.endswith(DLQ) else p
+    return paths.entity_key(path)
 
 
 def entity_path(address: str | None) -> str:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from proton import Message
-from .messages import DLQ, Msg, piece_of
+
+from sbreference import paths
+from .messages import Msg, piece_of
 
 
 @dataclass
@@ -81,10 +83,11 @@ class Recording:
         self.descriptions[key] = description
         if description is None:
             return
-        base = path[: -len(DLQ)] if path.lower().endswith(DLQ) else path
+        parsed = paths.parse(path)
+        base = parsed.base
         op = self.sink.op()
         now = self.sink.now()
-        kind = "subscription" if "/subscriptions/" in base.lower() else description.get("kind", "queue")
+        kind = "subscription" if parsed.subscription is not None else description.get("kind", "queue")
         desc = {k: v for k, v in description.items() if k != "kind"}
         self.sink.write("admin", op, "create-entity", "invoke", now, entity=base, args=desc)
         self.sink.write("admin", op, "create-entity", "ok", now, entity=base,

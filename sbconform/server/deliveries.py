@@ -13,6 +13,7 @@ from proton import Delivery, Endpoint, Link
 
 from sbreference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
 from sbreference import Message as ModelMessage
+from sbreference import paths
 from sbreference.message import Delivery as ModelDelivery
 from sbreference.message import State, StoredMessage
 
@@ -248,7 +249,7 @@ class Deliveries:
             error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message was refused: {e}")
         except (WireError, Exception) as e:  # undecodable: a rejection, not a crash
             error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message could not be decoded: {e}")
-        key = address.split("/", 1)[0].lower()
+        key = paths.entity_key(address)
         entity = self.namespace.entities.get(key)
         if entity is not None and entity.description.forward_to is not None:
             self._mark_all_dirty()

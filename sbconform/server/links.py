@@ -14,6 +14,7 @@ from typing import Any
 from proton import Condition, Described, Endpoint, Link, Terminus, int32
 
 from sbreference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
+from sbreference import paths
 
 from . import coordinator
 from . import values as v
@@ -164,11 +165,11 @@ class Links:
         """What Service Bus says on an entity link's ATTACH (sbspec/wire.md 4): the entity's
         max-message-size (256 KB Standard, the entity's own up to 100 MB on Premium), a
         tracking id, and the entity type."""
-        entity = self.namespace.entities.get(path.split("/", 1)[0].lower())
+        entity = self.namespace.entities.get(paths.entity_key(path))
         if entity is None:
             return
         link.max_message_size = entity.description.max_message_size
-        kind = "subscription" if "/subscriptions/" in path.lower() else entity.kind
+        kind = "subscription" if paths.parse(path).subscription is not None else entity.kind
         link.properties = {
             v.TRACKING_ID: str(uuid.uuid4()),
             v.ENTITY_TYPE: int32(v.ENTITY_TYPES.get(kind, 0)),

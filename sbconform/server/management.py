@@ -19,6 +19,8 @@ from proton import UNDESCRIBED, Array, Data, timestamp
 
 from sbreference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
 from sbreference import Message as ModelMessage
+from sbreference import paths
+from sbreference.operations import SETTLEMENTS, settle
 
 from ..amqp import codec
 from . import values as v
@@ -49,7 +51,7 @@ class Request(NamedTuple):
 
     @property
     def key(self) -> str:
-        return self.path.split("/", 1)[0].lower()
+        return paths.entity_key(self.path)
 
     @property
     def sid(self) -> str | None:
@@ -125,7 +127,7 @@ def receive_by_sequence_number(q: Request) -> Answer:
 
 
 def _disposition(q: Request) -> str:
-    kind = v.DISPOSITIONS.get(str(q.body["disposition-status"]))
+    kind = codec.DISPOSITION_STATUS.get(str(q.body["disposition-status"]))
     if kind is None:
         raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown disposition-status {q.body['disposition-status']!r}")
     return kind
@@ -137,16 +139,8 @@ def update_disposition(q: Request) -> Answer:
     if tokens:
         kind = _disposition(q)
         reason, description = v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description"))
-        ns, conn, path = q.ns, q.conn, q.path
         for token in tokens:
-            if kind == "complete":
-                ns.complete(conn, path, token)
-            elif kind == "abandon":
-                ns.abandon(conn, path, token)
-            elif kind == "defer":
-                ns.defer(conn, path, token)
-            else:
-                ns.dead_letter(conn, path, token, reason, description)
+            settle(q.ns, kind, q.conn, q.path, token, reason=reason, description=description)
     return 200, {}, Changes(frozenset([q.key]))
 
 
@@ -184,7 +178,7 @@ OPERATIONS: dict[str, Handler] = {
 # (TXN-OPS-001); any other operation cannot be part of a transaction.
 def transactional_disposition(q: Request) -> Answer:
     kind = _disposition(q)
-    q.ns.transactions.settle_all(q.conn, q.txn, kind, q.path, q.tokens(),
+    q.ns.transactions.settle_all(q.conn, q.txn, SETTLEMENTS[kind], q.path, q.tokens(),
                                  v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description")))
     return 200, {}, NOTHING
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from proton import Collector, Connection, Delivery, Link, Transport
 
+from sbreference import paths
+
 from .limits import Limits
 from .wire import FrameScanner
 
@@ -140,7 +142,7 @@ class Receiving:
         self.link = link
         self.conn = conn
         self.path = path
-        self.key = path.split("/", 1)[0].lower()
+        self.key = paths.entity_key(path)
         self.mode = mode
         self.session_id: str | None = None
         self.wants_session = False

@@ -18,7 +18,6 @@ from ..amqp import codec
 
 A = symbol
 #: update-disposition's disposition-status -> the model's settlement
-DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer", "suspended": "dead_letter"}
 SESSION_FILTER = A("com.microsoft:session-filter")
 LOCKED_UNTIL_UTC = A("com.microsoft:locked-until-utc")
 ATTACH_TIMEOUT = A("com.microsoft:timeout")

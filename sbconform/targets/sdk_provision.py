@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from sbreference import ErrorCode, ServiceBusError
+from sbreference import paths
 
 from .azure_admin import FIELDS as ADMIN_FIELDS
 from .azure_admin import AdminProvisioner
@@ -63,7 +64,7 @@ class RestProvisioner:
         if operation.startswith("create-"):
             return properties <= self.rest_fields[operation[len("create-"):]]
         # an update: what every kind the path may be takes
-        kinds = ["subscription"] if "/subscriptions/" in body["path"].lower() else ["queue", "topic"]
+        kinds = ["subscription"] if paths.parse(body["path"]).subscription is not None else ["queue", "topic"]
         return any(properties <= self.rest_fields[k] for k in kinds)
 
     def call(self, operation: str, **body: Any) -> Any:
