@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+pytest.importorskip("proton")  # sbconform.server needs the sdk extra; make certify installs only the test extra
+
 from sbreference import CorrelationFilter, FalseFilter, Rule, SqlFilter, SqlRuleAction, TrueFilter
 from sbconform.server.config import ConfigError, config_json, parse_config
 from sbconform.server.rules import add_rule_body, config_rules, rule_description, rule_from_add_request

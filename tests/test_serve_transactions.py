@@ -5,15 +5,17 @@ documented error, nothing is partially applied, and the server keeps serving."""
 from __future__ import annotations
 
 import pytest
-from proton import Described, ulong
 
-from sbreference import ErrorCode, Message, ServiceBusError
-from sbconform.targets.proton_txn import ProtonTransactionalClient
-from sbconform.targets.sdk import _code_of_condition
-
-from serve_support import KEY, KEY_NAME, Serve
-
+pytest.importorskip("proton")  # the sdk extra; make certify installs only the test extra
 pytest.importorskip("azure.servicebus")
+
+from proton import Described, ulong  # noqa: E402
+
+from sbreference import ErrorCode, Message, ServiceBusError  # noqa: E402
+from sbconform.targets.proton_txn import ProtonTransactionalClient  # noqa: E402
+from sbconform.targets.sdk import _code_of_condition  # noqa: E402
+
+from serve_support import KEY, KEY_NAME, Serve  # noqa: E402
 
 CONFIG = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
     {"Name": "q", "Properties": {"LockDuration": "PT30S"}},
