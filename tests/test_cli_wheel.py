@@ -123,3 +123,22 @@ def test_make_certify_installs_only_what_certifying_the_reference_needs(tmp_path
     full = subprocess.run(["make", "-n", f"VENV={tmp_path / 'venv'}", "test"], cwd=REPO, capture_output=True, text=True,
                           timeout=60).stdout
     assert "spark" in full and "sdk" in full and "containers" in full
+
+
+def test_certify_collects_every_test_without_the_optional_extras(tmp_path) -> None:
+    """``make certify`` installs only the test extra: every test module must collect (skipping
+    what needs proton, the SDK, Spark or containers) when those packages are absent. A module
+    importing one of them unguarded broke every certification run at collection."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(
+        "import importlib.abc, sys\n"
+        "BLOCKED = ('proton', 'cproton', 'azure', 'pyspark', 'pyarrow', 'testcontainers', 'docker')\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r} (blocked)', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and " error" not in done.stdout.splitlines()[-1], done.stdout[-3000:]
