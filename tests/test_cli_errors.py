@@ -93,6 +93,13 @@ def test_missing_expectations_file(capsys, tmp_path) -> None:
     assert "no.toml: no such file" in line and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("target", ["sdk", "container", "emulator"])
+def test_an_option_a_target_does_not_take_is_one_line(capsys, tmp_path, target) -> None:
+    pytest.importorskip("azure.servicebus")
+    line = one_error(capsys, ["certify", "--target", target, "--report-dir", str(tmp_path), "--option", "colour=blue"])
+    assert "no option 'colour'" in line and "its options:" in line, line
+
+
 def test_bad_option(capsys, tmp_path) -> None:
     line = one_error(capsys, ["certify", "--report-dir", str(tmp_path), "--option", "novalue"])
     assert "--option" in line and "KEY=VALUE" in line
@@ -145,9 +152,16 @@ def test_an_empty_trace_is_not_valid(capsys, tmp_path) -> None:
     assert "empty trace proves nothing" in capsys.readouterr().err
 
 
-def test_missing_output_directories(capsys, tmp_path, trace) -> None:
-    assert "does not exist" in one_error(capsys, ["replay", "--local", str(trace), "--out", str(tmp_path / "a" / "b")])
-    assert "does not exist" in one_error(capsys, ["generate", "--events", "10", "--out", str(tmp_path / "a" / "t.jsonl")])
+def test_missing_output_directories_are_made_and_unmakable_ones_are_one_line(capsys, tmp_path, trace) -> None:
+    """README's `generate --out traces/run1` and `replay --out replay/run1` on a fresh clone:
+    the folders are made; a folder that cannot be made (under a file) is one line, exit 2."""
+    assert main(["generate", "--events", "10", "--out", str(tmp_path / "a" / "t.jsonl")]) == 0
+    assert (tmp_path / "a" / "t.jsonl").is_file()
+    assert main(["replay", "--local", str(trace), "--out", str(tmp_path / "r" / "s" / "out")]) == 0
+    assert (tmp_path / "r" / "s" / "out").is_dir()
+    (tmp_path / "file").write_text("x")
+    assert "cannot create" in one_error(capsys, ["replay", "--local", str(trace), "--out", str(tmp_path / "file" / "b" / "c")])
+    assert "cannot create" in one_error(capsys, ["generate", "--events", "10", "--out", str(tmp_path / "file" / "t.jsonl")])
 
 
 def test_an_interrupted_generate_leaves_nothing_that_passes_for_a_trace(tmp_path) -> None:

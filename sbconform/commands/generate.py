@@ -25,8 +25,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     out = Path(args.out)
-    if out.parent != Path("") and not out.parent.is_dir():
-        print(f"sbconform generate: --out {out}: the directory {out.parent} does not exist", file=sys.stderr)
+    try:  # its folders are made as needed (README's `--out traces/run1` on a fresh clone)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"sbconform generate: --out {out}: cannot create the directory {out.parent}: {error.strerror or error}",
+              file=sys.stderr)
         return 2
     if out.exists() and out.is_dir() != (_layout(args, out) == "by-piece"):
         print(f"sbconform generate: --out {out}: exists and is {'a directory' if out.is_dir() else 'a file'}",

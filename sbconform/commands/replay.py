@@ -41,8 +41,10 @@ def preflight(paths: list[str], out: str | None) -> str | None:
         target = Path(out)
         if target.exists() and not target.is_dir():
             return f"--out {out}: is a file, not a directory"
-        if not target.parent.is_dir():
-            return f"--out {out}: the directory {target.parent} does not exist"
+        try:  # its folders are made as needed (README's `--out replay/run1` on a fresh clone)
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            return f"--out {out}: cannot create the directory {target.parent}: {error.strerror or error}"
     if any(_is_remote(p) for p in paths):
         return None
     where = locate(paths)

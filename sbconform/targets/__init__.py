@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TargetWrapper, unwrap
@@ -12,6 +13,18 @@ _FACTORIES: dict[str, Callable[..., Target]] = {}
 
 def register(name: str, factory: Callable[..., Target]) -> None:
     _FACTORIES[name] = factory
+
+
+def _build(cls: type, name: str, options: dict[str, Any]) -> Target:
+    """``cls(**options)``, an option it does not take being a one-line ValueError naming the
+    options it does take (never a TypeError traceback)."""
+    parameters = inspect.signature(cls).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        known = sorted(n for n, p in parameters.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"the {name} target has no option {unknown[0]!r} (its options: {', '.join(known)})")
+    return cls(**options)
 
 
 def _reference(without: str = "", **options: Any) -> Target:
@@ -38,7 +51,7 @@ def _sdk(**options: Any) -> Target:
     started by the target (``serve=true``)."""
     from .sdk import SdkTarget
 
-    return SdkTarget(**options)
+    return _build(SdkTarget, "sdk", options)
 
 
 register("sdk", _sdk)
@@ -51,7 +64,7 @@ def _container(**options: Any) -> Target:
         from .container import ContainerTarget
     except ImportError as error:  # pragma: no cover
         raise ValueError(f"the container target needs the sdk and containers extras: {error}") from None
-    return ContainerTarget(**options)
+    return _build(ContainerTarget, "container", options)
 
 
 register("container", _container)
@@ -64,7 +77,7 @@ def _emulator(**options: Any) -> Target:
         from .emulator import EmulatorTarget
     except ImportError as error:  # pragma: no cover
         raise ValueError(f"the emulator target needs the sdk and containers extras: {error}") from None
-    return EmulatorTarget(**options)
+    return _build(EmulatorTarget, "emulator", options)
 
 
 register("emulator", _emulator)
