@@ -1,7 +1,7 @@
 """The transaction coordinator of ``sbconform serve``: AMQP 1.0 transactions over the model's
 coordinator (sbreference/transactions.py), as Service Bus speaks them.
 
-Wire facts (sbspec/wire.md, "Transactions"; sources: Microsoft's "AMQP 1.0 in Azure Service Bus and
+Wire facts (sbspec/wire.md, section 7 "Transactions"; sources: Microsoft's "AMQP 1.0 in Azure Service Bus and
 Event Hubs protocol guide", section Transactions and Send-via; OASIS AMQP 1.0 part 4):
 
 - A controller attaches a sending link whose target is a ``coordinator`` (AMQP type 0x30); on it it
