@@ -22,6 +22,17 @@ def version() -> str:
         return __version__
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless there is none to show (None, an empty list, a flag's
+    False) or its help already says it: never "(default: None)" nor a second default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, [], False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sbconform", description="Azure Service Bus conformance kit")
     parser.add_argument("--version", action="version", version=f"sbconform {version()}")
@@ -29,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
     for choice in sub.choices.values():  # every option shows its default in --help
-        if choice.formatter_class is argparse.HelpFormatter:
-            choice.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        if choice.formatter_class in (argparse.HelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+            choice.formatter_class = DefaultsHelpFormatter
     return parser
 
 

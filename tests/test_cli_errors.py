@@ -44,15 +44,19 @@ def test_every_option_has_help_and_shows_its_default() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, command in sub.choices.items():
-        if name == "serve":  # serve's options belong to the server's owners (sbconform/commands/serve.py)
-            continue
-        assert command.formatter_class is argparse.ArgumentDefaultsHelpFormatter, name
+        assert issubclass(command.formatter_class, argparse.ArgumentDefaultsHelpFormatter), name
         for action in command._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
             assert action.help, f"sbconform {name} {action.option_strings or action.dest}: no help"
         text = command.format_help()
         assert "pytest" not in text.replace("test runner", ""), name
+        flat = " ".join(text.split())
+        assert "(default: None)" not in flat and "(default: [])" not in flat, f"sbconform {name}: a default of nothing shown"
+        for action in command._actions:
+            if action.help and action.option_strings:
+                shown = " ".join(command._get_formatter()._expand_help(action).split()) if action.help != argparse.SUPPRESS else ""
+                assert shown.count("default") <= 1, f"sbconform {name} {action.option_strings[0]}: two defaults: {shown}"
 
 
 def test_certify_jobs_default_to_the_number_of_cores() -> None:

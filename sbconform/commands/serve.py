@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the reference namespace over AMQP 1.0 (for the azure-servicebus SDK)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface: see SECURITY.md)")
     p.add_argument("--port", type=int, default=5672, help="0 picks a free port (printed on the first line)")
     p.add_argument("--config", default=None, help="entities, in the schema of Microsoft's emulator (Config.json)")
     p.add_argument("--http-port", type=int, default=None,
