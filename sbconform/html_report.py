@@ -73,12 +73,16 @@ def _cell(entry: dict[str, Any] | None) -> str:
     return f'<td class="{" ".join(classes)}" data-status="{status}">{body}</td>'
 
 
-def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[str]) -> str:
+def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[str], only_differences: bool = False) -> str:
+    from .report import status_cells
+
     areas = list(catalog.areas) or sorted({c.area for c in catalog.clauses.values()})
     levels = ["MUST", "SHOULD", "MAY", "INFO"]
     head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
     rows = []
     for cid, clause in catalog.clauses.items():
+        if only_differences and len(set(status_cells(reports, cid))) <= 1:
+            continue  # the same status everywhere (compare --only-differences)
         entries = [r["clauses"].get(cid) for r in reports]
         statuses = " ".join(sorted({e["status"] for e in entries if e is not None} or {"uncovered"}))
         rows.append(

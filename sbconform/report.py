@@ -289,16 +289,22 @@ def _labels(reports: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def status_cells(reports: list[dict[str, Any]], cid: str) -> list[str]:
+    """A clause's status in each report ("—" where a report lacks it; "*" where expected)."""
+    cells = []
+    for r in reports:
+        e = r["clauses"].get(cid)
+        cells.append("—" if e is None else e["status"] + ("*" if e.get("expected") else ""))
+    return cells
+
+
 def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: bool = False) -> str:
     """Several targets' reports side by side, one row per clause, then totals per target."""
     names = _labels(reports)
     lines = ["| clause | level | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     shown = 0
     for cid, clause in catalog.clauses.items():
-        cells = []
-        for r in reports:
-            e = r["clauses"].get(cid)
-            cells.append("—" if e is None else e["status"] + ("*" if e.get("expected") else ""))
+        cells = status_cells(reports, cid)
         if only_differences and len(set(cells)) <= 1:
             continue
         shown += 1
@@ -324,9 +330,9 @@ def is_report(data: Any) -> bool:
         and isinstance(data.get("target"), dict)
 
 
-def write_html(reports: list[dict[str, Any]], catalog: Catalog, path: Path) -> Path:
+def write_html(reports: list[dict[str, Any]], catalog: Catalog, path: Path, only_differences: bool = False) -> Path:
     from .html_report import render_html
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(reports, catalog, _labels(reports)), encoding="utf-8")
+    path.write_text(render_html(reports, catalog, _labels(reports), only_differences), encoding="utf-8")
     return path

@@ -167,6 +167,15 @@ def test_compare_labels_totals_and_only_differences() -> None:
     assert "| t #1 | t #2 |" in same
 
 
+def test_compare_html_shows_only_the_differences_when_asked(tmp_path: Path) -> None:
+    from sbconform.report import write_html
+
+    a = build_report(run(result("pass", A), result("fail", B)), CATALOG)
+    b = build_report({**run(result("pass", A), result("pass", B)), "target": {"name": "sdk", "capabilities": []}}, CATALOG)
+    text = write_html([a, b], CATALOG, tmp_path / "d.html", only_differences=True).read_text()
+    assert text.count('<tr class="clause"') == 1 and f'id="{B}"' in text and f'id="{A}"' not in text
+
+
 def test_html_filters_work_in_a_headless_browser(tmp_path: Path) -> None:
     """Opt-in where no browser is installed (Debian: apt-get install chromium)."""
     import shutil

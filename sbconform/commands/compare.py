@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     text = compare(reports, catalog, only_differences=args.only_differences)
     if args.html:
-        write_html(reports, catalog, Path(args.html))
+        write_html(reports, catalog, Path(args.html), only_differences=args.only_differences)
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")
