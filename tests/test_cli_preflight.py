@@ -112,6 +112,23 @@ def test_a_missing_container_engine(tmp_path: Path) -> None:
     assert not (tmp_path / "r" / "report.json").exists()
 
 
+def test_an_image_that_cannot_be_built_is_one_preflight_line(monkeypatch) -> None:
+    """The container target builds our image in preflight, once: a failed build is the user's
+    set-up (no base image, no network to a mirror), one line, not a failure of every scenario."""
+    from sbconform import containers
+    from sbconform.targets import preflight
+
+    def broken(tag, eng=None, log=print):
+        raise containers.EngineUnavailable("pip wheel failed: ERROR: could not build\n  more detail\n")
+
+    monkeypatch.setattr(containers, "ensure_serve_image", broken)
+    with pytest.raises(preflight.PreflightError) as error:
+        preflight.check_image("")
+    text = str(error.value)
+    assert "\n" not in text and "could not be built (pip wheel failed: ERROR: could not build)" in text
+    preflight.check_image("mcr.microsoft.com/azure-messaging/servicebus-emulator:latest")  # not ours: nothing to build
+
+
 def test_the_key_is_never_on_a_child_command_line(tmp_path: Path) -> None:
     """certify hands the connection string to its children through the environment."""
     from sbconform import certify as module

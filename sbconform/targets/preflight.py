@@ -35,6 +35,7 @@ def check(name: str, options: dict[str, Any], timeout: float = 10.0) -> None:
     """Preflight the target ``name`` as ``make_target(name, **options)`` would build it."""
     if name == "container":
         check_engine()
+        check_image(str(options.get("image") or ""))
         return
     if name == "emulator":  # the engine, and a trial start of the emulator and its SQL Server
         from .emulator import preflight
@@ -47,6 +48,22 @@ def check(name: str, options: dict[str, Any], timeout: float = 10.0) -> None:
     if not connection_string:
         return  # serve=true: the target starts its own server
     check_connection_string(str(connection_string), str(options.get("control", "auto")), timeout)
+
+
+def check_image(image: str) -> None:
+    """Our image (``sbconform serve``'s), built now if the engine lacks it: once, before the test
+    processes start (they would each try, side by side), and a build that fails is one line
+    here rather than a failure of every scenario."""
+    from ..containers import SERVE_IMAGE, EngineUnavailable, ensure_serve_image
+
+    tag = image or SERVE_IMAGE
+    if "sbconform-serve" not in tag:
+        return  # another broker's image: the engine pulls or has it
+    try:
+        ensure_serve_image(tag, log=lambda line: print(line, flush=True))
+    except EngineUnavailable as error:
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "failed")
+        raise PreflightError(f"the image {tag} could not be built ({first}); `sbconform container build` shows the whole output") from None
 
 
 def check_engine() -> None:
