@@ -156,3 +156,11 @@ Feature: Transactions
     And transaction "T" is committed
     Then the operation fails with "transaction-unknown"
     And peeking "q" shows nothing
+
+  @TXN-TIER-001 @needs:basic-namespace
+  Scenario: A Basic namespace has no transactions
+    Given a Basic namespace
+    And a queue "q"
+    When client "C" declares transaction "T"
+    Then the operation fails with "invalid-operation"
+    And peeking "q" shows nothing

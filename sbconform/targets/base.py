@@ -178,6 +178,12 @@ class Target(ABC):
         self.require("premium-namespace")
         raise NotImplementedError
 
+    def basic_namespace(self) -> "Target":
+        """A fresh, open target for a Basic-tier namespace (capability ``basic-namespace``).
+        The caller closes it."""
+        self.require("basic-namespace")
+        raise NotImplementedError
+
     def describe_entity(self, path: str) -> dict[str, Any]:
         """The entity's description as ``sbreference.EntityDescription`` field names and
         values (capability ``entity-management``)."""

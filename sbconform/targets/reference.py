@@ -48,6 +48,7 @@ CAPABILITIES = frozenset(
         "partitions",
         "partition-outage",
         "premium-namespace",
+        "basic-namespace",
         "transactions",
         "auto-forward",
         "paired-namespaces",
@@ -124,6 +125,11 @@ class ReferenceTarget(Target):
 
     def premium_namespace(self, partition_count: int) -> "ReferenceTarget":
         target = ReferenceTarget(Namespace(sku="premium", partition_count=partition_count), self.choose)
+        target.capabilities = self.capabilities
+        return target
+
+    def basic_namespace(self) -> "ReferenceTarget":
+        target = ReferenceTarget(Namespace(sku="basic"), self.choose)
         target.capabilities = self.capabilities
         return target
 

@@ -57,7 +57,7 @@ from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules impor
 
 # ------------------------------------------------------------ our own server and plain AMQP clients
 from .proton_client import ControlClient, LowLevelClient, _proton_message  # noqa: E402,F401
-from .serve_process import _PREMIUM, _SERVE_LOCK, ServeProcess, premium_server, shared_server  # noqa: E402,F401
+from .serve_process import _SERVE_LOCK, _TIERS, ServeProcess, premium_server, shared_server, tier_server  # noqa: E402,F401
 
 class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
     name = "sdk"
@@ -97,9 +97,9 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         if time == "virtual" and not serve:
             raise ValueError("time=virtual needs serve=true (an endpoint whose clock the target can move on: sbconform serve)")
         self.virtual_time = time == "virtual"
-        if serve:  # another server is another namespace: a Premium one can be had (premium_namespace)
-            self.capabilities = CAPABILITIES | {"premium-namespace"}
-            self.lacking = {k: v for k, v in LACKING.items() if k != "premium-namespace"}
+        if serve:  # another server is another namespace: a Premium or a Basic one can be had
+            self.capabilities = CAPABILITIES | {"premium-namespace", "basic-namespace"}
+            self.lacking = {k: v for k, v in LACKING.items() if k not in ("premium-namespace", "basic-namespace")}
         if self.virtual_time:  # its clock is moved on through its $sbconform node: virtual time
             self.capabilities = self.capabilities | {"virtual-time"}
             self.lacking = {k: v for k, v in self.lacking.items() if k != "virtual-time"}
@@ -233,6 +233,15 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         self.require("premium-namespace")
         target = SdkTarget(connection_string=premium_server(partition_count).connection_string,
                            control=self.control_mode, prefix=self.prefix)
+        target.capabilities, target.lacking = self.capabilities, self.lacking
+        target.open()
+        return target
+
+    def basic_namespace(self) -> "SdkTarget":
+        """With ``serve=true``: a target on another ``sbconform serve``, started with a Basic
+        namespace (Sku Basic in its config). The caller closes it."""
+        self.require("basic-namespace")
+        target = SdkTarget(connection_string=tier_server("Basic").connection_string, control=self.control_mode, prefix=self.prefix)
         target.capabilities, target.lacking = self.capabilities, self.lacking
         target.open()
         return target

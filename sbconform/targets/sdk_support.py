@@ -38,6 +38,7 @@ LACKING = {
     "virtual-time": "time passes in real time through the SDK; scenarios needing minutes or days cannot wait that long",
     "model-internals": "the model's internal structure is not observable through the SDK",
     "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
+    "basic-namespace": "one connection string is one namespace; a Basic one is another (with serve=true the target starts one: `sbconform serve --config` with Sku Basic)",
     "paired-namespaces": "a pairing needs a second namespace: serve=true starts one, or give secondary=<connection string>",
 }
 

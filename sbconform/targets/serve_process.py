@@ -59,23 +59,31 @@ def shared_server() -> ServeProcess:
         return _SERVE
 
 
-_PREMIUM: dict[int, ServeProcess] = {}
+_TIERS: dict[tuple[str, int | None], ServeProcess] = {}
 
 
 def premium_server(partition_count: int) -> ServeProcess:
     """``sbconform serve`` for a partitioned Premium namespace (one per partition count, per process)."""
+    return tier_server("Premium", partition_count)
+
+
+def tier_server(sku: str, partition_count: int | None = None) -> ServeProcess:
+    """``sbconform serve`` for a namespace of tier ``sku`` (Basic, Standard, Premium; Premium with
+    ``partition_count`` partitions): one per kind, per process."""
     with _SERVE_LOCK:
-        server = _PREMIUM.get(partition_count)
+        server = _TIERS.get((sku, partition_count))
         if server is None or server.process.poll() is not None:
             import json
             import tempfile
 
-            folder = tempfile.mkdtemp(prefix="sbconform-premium-")
+            folder = tempfile.mkdtemp(prefix=f"sbconform-{sku.lower()}-")
             config = os.path.join(folder, "Config.json")
+            namespace: dict = {"Name": "sbemulatorns", "Sku": sku, "Queues": [], "Topics": []}
+            if partition_count is not None:
+                namespace["PartitionCount"] = partition_count
             with open(config, "w", encoding="utf-8") as out:
-                json.dump({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Sku": "Premium",
-                                                          "PartitionCount": partition_count, "Queues": [], "Topics": []}]}}, out)
-            server = _PREMIUM[partition_count] = ServeProcess(["--config", config])
+                json.dump({"UserConfig": {"Namespaces": [namespace]}}, out)
+            server = _TIERS[(sku, partition_count)] = ServeProcess(["--config", config])
             atexit.register(shutil.rmtree, folder, True)  # runs after the stop registered next (atexit is LIFO)
             atexit.register(server.stop)
         return server

@@ -75,6 +75,9 @@ class TargetWrapper(Target):
     def premium_namespace(self, partition_count: int) -> Target:
         return self.inner.premium_namespace(partition_count)
 
+    def basic_namespace(self) -> Target:
+        return self.inner.basic_namespace()
+
     def describe_entity(self, path: str) -> dict[str, Any]:
         return self.inner.describe_entity(path)
 

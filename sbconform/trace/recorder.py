@@ -169,6 +169,9 @@ class RecordingTarget(TargetWrapper):
     def premium_namespace(self, partition_count: int) -> "RecordingTarget":
         return RecordingTarget(self.inner.premium_namespace(partition_count), self.recorder, partitions=partition_count)
 
+    def basic_namespace(self) -> "RecordingTarget":
+        return RecordingTarget(self.inner.basic_namespace(), self.recorder)
+
     # ----------------------------------------------------------- management
     def _created(self, kind: str, name: str, properties: Mapping[str, Any], call: Callable[[], str], entity: str, extra: Mapping[str, Any] | None = None) -> str:
         def oks(path: str) -> list[dict[str, Any]]:

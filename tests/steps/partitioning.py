@@ -81,6 +81,13 @@ def premium_namespace(world: World, n: str) -> None:
     world.target = premium  # every later step of the scenario talks to it
 
 
+@step(r"a Basic namespace")
+def basic_namespace(world: World) -> None:
+    basic = world.target.basic_namespace()
+    world.extra_targets = getattr(world, "extra_targets", []) + [basic]
+    world.target = basic  # every later step of the scenario talks to it
+
+
 @step(r'a (?P<kind>partitioned queue|non-partitioned queue|queue) "(?P<name>[^"]+)" is created')
 def try_create(world: World, kind: str, name: str) -> None:
     props = {"partitioned queue": {"enable_partitioning": True}, "non-partitioned queue": {"enable_partitioning": False}}.get(kind, {})
