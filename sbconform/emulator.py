@@ -250,7 +250,7 @@ class ServiceBusEmulatorContainer:
         from proton import Message
         from proton.utils import BlockingConnection, SyncRequestResponse
 
-        from .server.sas import make_token
+        from .amqp.sas import make_token
 
         audience = f"sb://{self.host()}/"
         try:

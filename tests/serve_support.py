@@ -195,7 +195,7 @@ def message_bytes(body: bytes = b"x", message_id: str | None = None, properties:
 def put_token_message(port: int, path: str, message_id: str = "tok", expiry: int | None = None, key: str = KEY) -> bytes:
     from proton import Message
 
-    from sbconform.server.sas import make_token
+    from sbconform.amqp.sas import make_token
 
     name = f"sb://localhost:{port}/{path}"
     return Message(id=message_id, body=make_token(name, KEY_NAME, key, expiry),

@@ -20,7 +20,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient  # noqa: 
 from sbconform.server import Config, serve_in_thread  # noqa: E402
 from sbconform.server.admin_http import AdminHttp, plain_http_transport  # noqa: E402
 from sbconform.server.atom import format_duration, parse_duration  # noqa: E402
-from sbconform.server.sas import make_token  # noqa: E402
+from sbconform.amqp.sas import make_token  # noqa: E402
 
 from serve_support import KEY, KEY_NAME, connection_string  # noqa: E402
 

@@ -12,7 +12,7 @@ from proton import Data, Described, Message, symbol, ulong  # noqa: E402
 from sbconform.proxy.frames import Frame, Splitter, decode, encode_frame  # noqa: E402
 from sbconform.proxy.interpret import ConnInterp, Recording, read_message  # noqa: E402
 from sbconform.proxy.relay import DEFAULT_KEYS, CbsRewriter, UsageError, parse_upstream  # noqa: E402
-from sbconform.server.sas import TokenError, check_token, make_token  # noqa: E402
+from sbconform.amqp.sas import TokenError, check_token, make_token  # noqa: E402
 
 AZURE = "Endpoint=sb://contoso.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=AZURE-KEY"
 

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from sbconform.server import ConfigError, config_json, load_config, parse_config  # noqa: E402
-from sbconform.server.sas import make_token  # noqa: E402
-from sbconform.server.wire import BATCH_FORMAT, FrameScanner, data_sections  # noqa: E402
+from sbconform.amqp.sas import make_token  # noqa: E402
+from sbconform.amqp.wire import BATCH_FORMAT, FrameScanner, data_sections  # noqa: E402
 
 from serve_support import KEY, KEY_NAME, Recorder, Serve, connection_string, raw_exchange  # noqa: E402
 

@@ -32,7 +32,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, SyncRequestRespon
 from sbreference import PEEK_LOCK, Namespace  # noqa: E402
 from sbconform.amqp import codec, values  # noqa: E402
 from sbconform.server import Config, serve_in_thread  # noqa: E402
-from sbconform.server.sas import make_token  # noqa: E402
+from sbconform.amqp.sas import make_token  # noqa: E402
 
 from serve_support import KEY, KEY_NAME, connection_string  # noqa: E402
 

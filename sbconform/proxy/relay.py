@@ -38,7 +38,7 @@ from urllib.parse import quote_plus
 
 from proton import Message
 
-from ..server.sas import TokenError, check_token, make_token
+from ..amqp.sas import TokenError, check_token, make_token
 from .connection import End
 from .frames import FrameError
 from .interpret import ConnInterp, Recording, entity_path

@@ -48,7 +48,7 @@ from .atom import (
     parse_description,
 )
 from .atom_rules import parse_default_rule, parse_rule, rule_entry_xml, rule_feed_xml
-from .sas import TokenError, check_token
+from ..amqp.sas import TokenError, check_token
 
 log = logging.getLogger("sbconform.serve")
 

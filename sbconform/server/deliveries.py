@@ -22,7 +22,7 @@ from . import coordinator
 from . import values as v
 from .limits import Refused, check_message, plain
 from .state import ConnState, Receiving
-from .wire import BATCH_FORMAT, WireError, data_sections
+from ..amqp.wire import BATCH_FORMAT, WireError, data_sections
 
 A = v.A
 

@@ -19,7 +19,7 @@ from . import control, management
 from . import values as v
 from .limits import Refused
 from .management import Changes
-from .sas import TokenError, check_grant, check_token
+from ..amqp.sas import TokenError, check_grant, check_token
 from .state import ConnState
 
 log = logging.getLogger("sbconform.serve")

@@ -16,7 +16,7 @@ from proton import Collector, Connection, Delivery, Link, Transport
 from sbreference import paths
 
 from .limits import Limits
-from .wire import FrameScanner
+from ..amqp.wire import FrameScanner
 
 
 class WallClock:

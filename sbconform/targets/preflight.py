@@ -142,7 +142,7 @@ def _authenticate(p: dict[str, Any], host: str, timeout: float) -> None:
         from proton.utils import BlockingConnection, SyncRequestResponse
     except ImportError:  # without proton the SDK's own first call will say it
         return
-    from ..server.sas import make_token
+    from ..amqp.sas import make_token
 
     audience = f"{p['endpoint'].rstrip('/')}/"
     token = p["signature"] or make_token(audience, p["key_name"], p["key"])

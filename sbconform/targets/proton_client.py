@@ -23,7 +23,7 @@ class ControlClient:
     def __init__(self, host: str, port: int, key_name: str, key: str) -> None:
         from proton.utils import BlockingConnection, SyncRequestResponse
 
-        from ..server.sas import make_token
+        from ..amqp.sas import make_token
 
         self._token = make_token("sb://sbconform/$sbconform", key_name, key)
         self._connection = BlockingConnection(f"amqp://{host}:{port}", allowed_mechs="ANONYMOUS", timeout=30)
@@ -68,7 +68,7 @@ class LowLevelClient:
     def _put_token(self, path: str) -> None:
         from proton import Message as AmqpMessage
 
-        from ..server.sas import make_token
+        from ..amqp.sas import make_token
 
         audience = f"sb://{self.host}/{path}"
         request = AmqpMessage(

@@ -34,7 +34,7 @@ from ..server.coordinator import (
     TRANSACTIONAL_STATE,
     TRANSFER_DESTINATION,
 )
-from ..server.sas import make_token
+from ..amqp.sas import make_token
 from .base import Received, TransactionalClient
 
 X_SEQ = symbol("x-opt-sequence-number")

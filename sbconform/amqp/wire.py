@@ -27,7 +27,7 @@ DETACH = 0x16
 DATA_SECTION = 0x75
 
 
-from ..amqp.values import WireError, _width, skip  # noqa: F401  (the primitives live with the codec)
+from .values import WireError, _width, skip  # noqa: F401  (the primitives live with the codec)
 
 
 def read_uint(buf: bytes | memoryview, pos: int) -> int | None:
