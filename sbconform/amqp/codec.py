@@ -78,6 +78,14 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.SERVER_BUSY: 503,
     ErrorCode.ENTITY_UNAVAILABLE: 503,
 }
+#: management status code -> model error code, for a reply that names no condition (where several
+#: codes share a status, the one a reply to a message operation means: 404 is a message not found,
+#: 409 a session that cannot be locked, 410 a lost message lock)
+STATUS_CODES: dict[int, ErrorCode] = {
+    400: ErrorCode.ARGUMENT_ERROR, 401: ErrorCode.UNAUTHORIZED, 403: ErrorCode.QUOTA_EXCEEDED,
+    404: ErrorCode.MESSAGE_NOT_FOUND, 408: ErrorCode.TIMEOUT, 409: ErrorCode.SESSION_CANNOT_BE_LOCKED,
+    410: ErrorCode.MESSAGE_LOCK_LOST, 413: ErrorCode.MESSAGE_SIZE_EXCEEDED, 503: ErrorCode.SERVER_BUSY,
+}
 INTERNAL_ERROR = "amqp:internal-error"
 
 

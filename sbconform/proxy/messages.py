@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from sbreference import paths
 
-from ..amqp.codec import CONDITIONS, DISPOSITION_STATUS
+from ..amqp.codec import CODES, DISPOSITION_STATUS, STATUS_CODES
 from ..amqp.values import Described, WireError, skip
 from ..amqp.values import decode as decode_value
 from .frames import field as fld
@@ -23,12 +23,9 @@ TICKS_AT_EPOCH = 621355968000000000
 #: unsettled deliveries remembered per session (a receiver letting locks expire forever stays bounded)
 MAX_UNSETTLED = 100_000
 
-CODE_OF_CONDITION = {condition: code.value for code, condition in CONDITIONS.items()}
-CODE_OF_CONDITION.update({"com.microsoft:auth-failed": "unauthorized", "amqp:resource-limit-exceeded": "quota-exceeded",
-                          "com.microsoft:message-lock-lost": "message-lock-lost", "amqp:link:detach-forced": "connection-lost",
-                          "amqp:connection:forced": "connection-lost"})
-CODE_OF_STATUS = {401: "unauthorized", 404: "message-not-found", 409: "session-cannot-be-locked", 410: "message-lock-lost",
-                  413: "message-size-exceeded", 403: "quota-exceeded", 408: "timeout", 503: "server-busy", 400: "argument-error"}
+#: AMQP condition / management status -> ErrorCode value: the codec's tables (one place)
+CODE_OF_CONDITION = {condition: code.value for condition, code in CODES.items()}
+CODE_OF_STATUS = {status: code.value for status, code in STATUS_CODES.items()}
 MANAGEMENT_SETTLEMENT = DISPOSITION_STATUS  # the one table (sbconform.amqp.codec)
 
 
