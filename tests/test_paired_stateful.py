@@ -47,6 +47,10 @@ def comparable(message: Message) -> dict:
 
 def paired_machine(new_target: Callable[[], Target]) -> type[RuleBasedStateMachine]:
     class PairedMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.primary: Target | None = None  # set up by the initialize rule (teardown runs even without it)
+
         @initialize(
             failover=st.sampled_from([0, 0, 10 * SECOND, 1 * MINUTE]),
             ping=st.sampled_from([5 * SECOND, 1 * MINUTE]),
@@ -76,7 +80,7 @@ def paired_machine(new_target: Callable[[], Target]) -> type[RuleBasedStateMachi
             self.ids = itertools.count(1)
 
         def teardown(self) -> None:
-            if not hasattr(self, "primary"):
+            if self.primary is None:
                 return
             try:
                 self.settle_everything()
@@ -127,8 +131,6 @@ def paired_machine(new_target: Callable[[], Target]) -> type[RuleBasedStateMachi
         def failed_over_entities_return_in_time(self) -> None:
             """Time only passes through the factories, which act at every instant due: an
             entity still failed over now would send the next message to a backlog queue."""
-            if not hasattr(self, "primary"):
-                return
             for factory in self.factories.values():
                 for entity in ENTITIES:
                     if factory.failover.failed_over(self.paths[entity]):
@@ -216,7 +218,7 @@ def paired_machine(new_target: Callable[[], Target]) -> type[RuleBasedStateMachi
 
         @invariant()
         def every_accepted_message_is_in_exactly_one_place(self) -> None:
-            if not hasattr(self, "primary") or self.down or self.backlog_down:
+            if self.down or self.backlog_down:
                 return  # unavailable entities cannot be looked at
             places = self.where()
             for mid, (entity, _) in self.accepted.items():
