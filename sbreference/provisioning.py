@@ -173,7 +173,7 @@ class Provisioning:
     def subscription(self, path: str) -> Any:
         """The subscription at ``<topic>/Subscriptions/<name>``."""
         entity, store = self._resolve(path)
-        if not isinstance(entity, (Topic, PartitionedTopic)) or store is None or store.is_dead_letter:
+        if entity.kind != "topic" or store is None or store.is_dead_letter:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' is not a subscription; rules belong to subscriptions.")
         return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()]
 
