@@ -12,6 +12,7 @@ from typing import Any
 
 from .clock import DAY, MINUTE, NEVER, SECOND, TIMESPAN_MAX
 from .errors import ErrorCode, ServiceBusError
+from .status import STATUSES, normal
 
 KB = 1024
 MB = 1024 * KB
@@ -45,6 +46,12 @@ class EntityDescription:
     forward_dead_lettered_messages_to: str | None = None
     #: Subscriptions: a rule that fails to evaluate dead-letters the message (RULES-DLQ-001).
     dead_lettering_on_filter_evaluation_exceptions: bool = True
+    #: Active, Disabled, SendDisabled or ReceiveDisabled (sbreference/status.py, SETTLE-STATUS-001..003)
+    status: str = "Active"
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:  # names are case-insensitive: kept as Service Bus spells them
+            object.__setattr__(self, "status", normal(self.status))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -94,12 +101,12 @@ KIND_FIELDS = {
     "topic": frozenset({
         "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
         "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning",
+        "enable_partitioning", "status",
     }),
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
-        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions",
+        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions", "status",
     }),
 }
 _DEFAULT_DESCRIPTION = EntityDescription()

@@ -23,6 +23,7 @@ from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
 from .partitioning import PREMIUM_PARTITION_COUNTS, Chooser, partition_key
 from .paths import parse
+from .status import ACTIVE, refuse_receive, refuse_send
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 from .provisioning import IMMUTABLE, MAX_ENTITIES, Provisioning  # noqa: F401 (re-exported)
 from .transactions import Transactions
@@ -104,7 +105,11 @@ class Namespace(Provisioning):
         route = self._routes.get(path)
         # A cached route is an entity that answers now (faulted ones are never cached);
         # with no store it is the queue or topic itself: what a sender may address.
-        entity = route[0] if route is not None and route[1] is None else self._sending_entity(path)
+        if route is not None and route[1] is None:
+            entity = route[0]
+        else:
+            entity = self._sending_entity(path)
+            refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001 (never cached)
         if choose is not None:
             return entity.accept(batch, self.clock.now, choose)
         return entity.accept(batch, self.clock.now)
@@ -143,7 +148,9 @@ class Namespace(Provisioning):
     def schedule(self, conn: int, path: str, messages: Sequence[Message] | Message, enqueue_time: int) -> list[int]:
         self.billed_operations += 1
         batch = [messages] if isinstance(messages, Message) else list(messages)
-        return self._sending_entity(path).schedule(batch, enqueue_time, self.clock.now)
+        entity = self._sending_entity(path)
+        refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001
+        return entity.schedule(batch, enqueue_time, self.clock.now)
 
     def _forward(self, destination: str, message: Message, now: int) -> None:
         """Auto-forwarding: the message enters the destination as if sent there."""
@@ -191,7 +198,7 @@ class Namespace(Provisioning):
         if route is not None and route[1] is None and route[0].kind == "queue" and not route[0].schedule_order:
             store = route[0].store  # a queue with nothing scheduled: what _receiving_store returns
         else:
-            store = self._receiving_store(path)
+            store = self._taking_store(path)
         return store.receive(self.clock.now, conn, max_count, mode, session_id, choose)
 
     def complete(self, conn: int, path: str, lock_token: int) -> None:
@@ -199,23 +206,23 @@ class Namespace(Provisioning):
         if route is not None and route[1] is None and route[0].kind == "queue" and not route[0].schedule_order:
             store = route[0].store  # a queue with nothing scheduled: what _receiving_store returns
         else:
-            store = self._receiving_store(path)
+            store = self._taking_store(path)
         store.complete(self.clock.now, conn, lock_token)
 
     def abandon(self, conn: int, path: str, lock_token: int) -> None:
-        self._receiving_store(path).abandon(self.clock.now, conn, lock_token)
+        self._taking_store(path).abandon(self.clock.now, conn, lock_token)
 
     def release(self, conn: int, path: str, lock_token: int) -> None:
         """The receiver returns a message unprocessed: no delivery is counted."""
         self._receiving_store(path).release(self.clock.now, conn, lock_token)
 
     def defer(self, conn: int, path: str, lock_token: int) -> None:
-        self._receiving_store(path).defer(self.clock.now, conn, lock_token)
+        self._taking_store(path).defer(self.clock.now, conn, lock_token)
 
     def dead_letter(
         self, conn: int, path: str, lock_token: int, reason: str | None = None, description: str | None = None
     ) -> None:
-        self._receiving_store(path).dead_letter(self.clock.now, conn, lock_token, reason, description)
+        self._taking_store(path).dead_letter(self.clock.now, conn, lock_token, reason, description)
 
     def renew_lock(self, conn: int, path: str, lock_token: int) -> int:
         return self._receiving_store(path).renew_lock(self.clock.now, conn, lock_token)
@@ -228,7 +235,7 @@ class Namespace(Provisioning):
         mode: str = PEEK_LOCK,
         session_id: str | None = None,
     ) -> list[Delivery]:
-        return self._receiving_store(path).receive_deferred(self.clock.now, conn, sequence_numbers, mode, session_id)
+        return self._taking_store(path).receive_deferred(self.clock.now, conn, sequence_numbers, mode, session_id)
 
     def peek(
         self,
@@ -269,6 +276,7 @@ class Namespace(Provisioning):
         report it.
         """
         store = self._session_store(path)
+        self._taking_store(path)  # a session receiver takes messages: refused while receives are disabled
         now = self.clock.now
         if session_id is None:
             allowed = store.available_sessions(now)
@@ -348,6 +356,11 @@ class Namespace(Provisioning):
         checks when a receive link attaches. Unknown or faulted: ``ServiceBusError``."""
         return self._receiving_store(path)
 
+    def taking_store(self, path: str) -> MessageStore:
+        """``receiving_store`` for a receiver that takes messages: also refused while the queue
+        or subscription does not give messages out (its status, SETTLE-STATUS-002)."""
+        return self._taking_store(path)
+
     def sending_entity(self, path: str) -> Entity:
         """The queue or topic a sender on ``path`` sends to; ``ServiceBusError`` if it does
         not exist, is faulted, or does not accept sends (a subscription, a dead-letter queue)."""
@@ -397,9 +410,32 @@ class Namespace(Provisioning):
             route = self._route(path)
             if self.faults:
                 self._check_fault(route[0])  # a faulted entity is never cached
-            else:
-                self._routes[path] = route
+            elif self._statuses(*route) == (ACTIVE, ACTIVE):
+                self._routes[path] = route  # nor one that is not Active (its operations are checked)
         return route
+
+    @staticmethod
+    def _statuses(entity: Entity, store: MessageStore | None) -> tuple[str, str]:
+        """(the queue's or topic's status, the subscription's: Active for a queue)."""
+        if store is not None and entity.kind == "topic":
+            return entity.description.status, entity.subscriptions[parse(store.path).subscription_key].description.status
+        return entity.description.status, ACTIVE
+
+    def _taking_store(self, path: str) -> MessageStore:
+        """``_receiving_store`` for what takes or settles messages: refused while the queue or
+        subscription is Disabled or ReceiveDisabled, or its topic Disabled (SETTLE-STATUS-002).
+        Peeks, lock renewals and releases stay allowed (the documentation names receive and
+        complete; a suspension keeps every message)."""
+        store = self._receiving_store(path)
+        route = self._routes.get(path)
+        if route is None:  # not cached: perhaps not Active
+            entity, own = self._resolve(path)
+            entity_status, subscription_status = self._statuses(entity, own)
+            if entity.kind == "topic":
+                refuse_receive("subscription", path, subscription_status, topic_status=entity_status)
+            else:
+                refuse_receive(entity.kind, path, entity_status)
+        return store
 
     def _route(self, path: str) -> tuple[Entity, MessageStore | None]:
         parsed = parse(path)

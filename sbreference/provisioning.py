@@ -113,6 +113,8 @@ class Provisioning:
         if entity.partitioned:
             entity.require_all_available("update")
         owner.description = new
+        if new.status != current.status:
+            self._routes.clear()  # a path cached while all was Active is checked again (SETTLE-STATUS-*)
         if owner is entity:
             entity.max_bytes = new.max_size_in_megabytes * MB
             if entity.duplicates is not None:

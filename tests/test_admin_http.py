@@ -100,6 +100,25 @@ def test_queues_create_get_update_list_delete(admin, amqp) -> None:
         admin.get_queue("orders")
 
 
+def test_status_set_over_rest_suspends_and_reactivates_the_queue(admin, amqp) -> None:
+    """SETTLE-STATUS-001/002 through the administration client: the status is the model's, not
+    an element kept as sent (a Disabled queue took sends before)."""
+    from azure.servicebus.exceptions import MessagingEntityDisabledError
+
+    admin.create_queue("suspended", status="SendDisabled")
+    assert admin.get_queue("suspended").status == "SendDisabled"
+    with pytest.raises(MessagingEntityDisabledError):
+        with amqp.get_queue_sender("suspended") as s:
+            s.send_messages(ServiceBusMessage(b"refused"))
+    got = admin.get_queue("suspended")
+    got.status = "Active"
+    admin.update_queue(got)
+    with amqp.get_queue_sender("suspended") as s:
+        s.send_messages(ServiceBusMessage(b"taken"))
+    assert admin.get_queue_runtime_properties("suspended").active_message_count == 1
+    admin.delete_queue("suspended")
+
+
 def test_lists_page(admin, broker) -> None:
     names = [f"paged-{i:02d}" for i in range(7)]
     for name in names:

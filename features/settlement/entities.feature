@@ -97,3 +97,52 @@ Feature: Topics, sequence numbers and entity descriptions
     And the operation fails with "argument-error"
     And a topic "t" with default time to live 60 seconds is created
     And the operation succeeds
+
+  @SETTLE-STATUS-001 @SETTLE-STATUS-003 @needs:entity-management
+  Scenario: A queue whose sends are disabled refuses sends, keeps its messages and still delivers them
+    Given a queue "q"
+    And message "m1" is sent to "q"
+    When "q" is updated with status SendDisabled
+    And message "m2" is sent to "q"
+    Then the operation fails with "entity-unavailable"
+    And receiver "R" on "q" receives 1 message
+    And receiver "R" got "m1"
+    When "q" is updated with status Active
+    And message "m3" is sent to "q"
+    Then the operation succeeds
+    And peeking "q" shows "m1", "m3"
+
+  @SETTLE-STATUS-002 @SETTLE-STATUS-003 @needs:entity-management
+  Scenario: A queue whose receives are disabled takes sends and keeps every message, but gives none out
+    Given a queue "q"
+    And message "m1" is sent to "q"
+    When "q" is updated with status ReceiveDisabled
+    And message "m2" is sent to "q"
+    Then the operation succeeds
+    When receiver "R" on "q" receives 1 message
+    Then the operation fails with "entity-unavailable"
+    When "q" is updated with status Active
+    And receiver "S" on "q" receives 2 messages
+    Then receiver "S" got "m1", "m2"
+
+  @SETTLE-STATUS-001 @SETTLE-STATUS-002 @needs:entity-management
+  Scenario: A disabled queue refuses both sends and receives
+    Given a queue "q" with status Disabled
+    When message "m1" is sent to "q"
+    Then the operation fails with "entity-unavailable"
+    When receiver "R" on "q" receives 1 message
+    Then the operation fails with "entity-unavailable"
+
+  @SETTLE-STATUS-002 @needs:entity-management @needs:topics
+  Scenario: A topic copies messages into a disabled subscription, which gives none out until it is active again
+    Given a topic "t" with subscriptions "s1" and "s2"
+    When "t/Subscriptions/s2" is updated with status Disabled
+    And message "m1" is sent to "t"
+    Then the operation succeeds
+    When receiver "A" on "t/Subscriptions/s2" receives 1 message
+    Then the operation fails with "entity-unavailable"
+    And receiver "B" on "t/Subscriptions/s1" receives 1 message
+    And receiver "B" got "m1"
+    When "t/Subscriptions/s2" is updated with status Active
+    And receiver "C" on "t/Subscriptions/s2" receives 1 message
+    Then receiver "C" got "m1"

@@ -27,6 +27,7 @@ _COMMON = {
     "DefaultMessageTimeToLive": ("default_message_time_to_live", "duration"),
     "EnableBatchedOperations": ("enable_batched_operations", "bool"),
     "AutoDeleteOnIdle": ("auto_delete_on_idle", "duration"),
+    "Status": ("status", "text"),  # Active, Disabled, SendDisabled, ReceiveDisabled (SETTLE-STATUS-*)
 }
 FIELDS = {
     "queue": {
@@ -178,7 +179,6 @@ def description_xml(found: dict[str, Any], parent: ET.Element, host: str) -> Non
     values.update({
         "SizeInBytes": info.get("size_bytes", 0),
         "CreatedAt": _utc(found["created"]), "UpdatedAt": _utc(found["updated"]), "AccessedAt": _utc(found["updated"]),
-        "Status": extras.get("Status", "Active"),
         "EntityAvailabilityStatus": str(info.get("availability_status", "available")).capitalize(),
     })
     if kind != "topic":
@@ -328,6 +328,8 @@ def parse_description(body: bytes, kind: str, namespace_path: Callable[[str], st
             elif how == "path":
                 props[field] = namespace_path(text)
                 extras[name] = text
+            elif how == "text":
+                props[field] = text
         except ValueError:
             raise HttpError(400, f"{name}: '{text[:60]}' is not valid") from None
     return props, extras

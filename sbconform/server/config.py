@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sbreference import Namespace, ServiceBusError
+from sbreference.status import normal as normal_status
 from sbreference.entity import KB
 
 from .rules import config_rules, config_rules_json
@@ -51,9 +52,10 @@ _PROPERTIES = {
     "MaxSizeInMegabytes": ("max_size_in_megabytes", "int"),
     "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
     "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
+    "Status": ("status", "status"),  # Active, Disabled, SendDisabled, ReceiveDisabled (SETTLE-STATUS-*)
 }
 #: accepted but without effect in the model
-_IGNORED = {"Status", "AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
+_IGNORED = {"AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
 
 #: the keys each object of the file may hold (the emulator's schema and our extensions);
 #: any other key is an error naming its JSON path
@@ -209,6 +211,11 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
             if not isinstance(value, str):
                 raise ConfigError(f"{at}: expected an entity name, got {value!r}")
             out[name] = value
+        elif kind == "status":
+            try:
+                out[name] = normal_status(value)
+            except ServiceBusError as error:
+                raise ConfigError(f"{at}: {error.text}") from None
     return out
 
 

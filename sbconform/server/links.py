@@ -83,7 +83,7 @@ class Links:
         mode = RECEIVE_AND_DELETE if link.remote_snd_settle_mode == Link.SND_SETTLED else PEEK_LOCK
         try:
             self._authorize(state, address)
-            store = self.namespace.receiving_store(address)
+            store = self.namespace.taking_store(address)  # a receiver of a ReceiveDisabled entity is refused here
         except ServiceBusError as error:
             self._refuse(state, link, error)
             return

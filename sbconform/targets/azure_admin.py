@@ -31,17 +31,17 @@ FIELDS = {
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_duplicate_detection", "duplicate_detection_history_time_window", "requires_session",
         "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning", "forward_to", "forward_dead_lettered_messages_to",
+        "enable_partitioning", "forward_to", "forward_dead_lettered_messages_to", "status",
     }),
     "topic": frozenset({
         "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
         "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning",
+        "enable_partitioning", "status",
     }),
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
         "requires_session", "enable_batched_operations", "auto_delete_on_idle", "forward_to",
-        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions",
+        "forward_dead_lettered_messages_to", "dead_lettering_on_filter_evaluation_exceptions", "status",
     }),
 }
 
@@ -79,6 +79,8 @@ def description_of(kind: str, props: Any) -> dict[str, Any]:
             out[name] = DEFAULT_MAX_MESSAGE_SIZE if kb is None else int(kb) * 1024
             continue
         value = getattr(props, name, None)
+        if name == "status":  # an EntityStatus (a str enum) or a string; Active when not said
+            value = str(getattr(value, "value", value) or "Active")
         if name in DURATIONS:
             value = TIMESPAN_MAX if value is None else min(TIMESPAN_MAX, round(value.total_seconds() * 1000))
         out[name] = value

@@ -110,7 +110,9 @@ def create_topic(world: World, name: str, subs: str) -> None:
 def send_messages(world: World, ids: str, attrs: str | None, entity: str, how: str | None) -> None:
     attributes = message_attributes(attrs)
     messages = [world.build(mid, attributes) for mid in quoted(ids)]
-    sender = world.sender(entity)
+    sender = world.attempt(world.sender, entity)  # a target may refuse the link itself (SETTLE-STATUS-001)
+    if sender is None:
+        return
     t = world.target
     if how == " as one batch":
         world.attempt(t.send, sender, messages, batch=True)
@@ -166,7 +168,9 @@ def open_receiver(world: World, r: str, entity: str, rad: str | None) -> None:
     r"(?: within (?P<wait>\d+) seconds?)?"
 )
 def receive(world: World, r: str, entity: str | None, n: str, wait: str | None) -> None:
-    world.receiver(r, entity)
+    # opening the receiver is part of the operation: a target may refuse its link (SETTLE-STATUS-002)
+    if world.attempt(world.receiver, r, entity) is None:
+        return
     world.receive(r, int(n), seconds(wait) if wait else None)
 
 
