@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import html
 import json
+import re
+from functools import lru_cache
 from typing import Any
 
 from sbspec import Catalog
@@ -19,7 +21,7 @@ table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:3p
 th{background:#f3f3f3;position:sticky;top:0}
 .pass{background:#dff5df}.fail{background:#f9d6d6}.fail.nonstrict{background:#fdebd0}.skip{background:#eee}
 .uncovered{background:#fff7c2}.expected{background:#e8e0f5}
-details summary{cursor:pointer}.filters label{margin-right:1em}.muted{color:#777}
+details summary{cursor:pointer}pre.steps{background:#fafafa;border-left:3px solid #ccc;margin:2px 0;padding:2px 6px}.filters label{margin-right:1em}.muted{color:#777}
 """
 
 _JS = """
@@ -53,6 +55,53 @@ def _checkboxes(ident: str, title: str, values: list[str]) -> str:
     return f'<div id="{ident}" class="filters"><b>{title}:</b> {boxes}</div>'
 
 
+_WHERE = re.compile(r"\((features/[^():]+\.feature):(\d+)\)$")
+
+
+@lru_cache(maxsize=None)
+def _feature_lines(relative: str) -> tuple[str, ...]:
+    from .coverage import kit_root
+
+    try:
+        return tuple((kit_root() / relative).read_text(encoding="utf-8").splitlines())
+    except OSError:
+        return ()
+
+
+def scenario_steps(name: str) -> tuple[str, str] | None:
+    """(the feature file's path, the scenario's lines as written) for a scenario named as the
+    plugin names it ("Feature: Scenario (features/x.feature:23)"), else None."""
+    found = _WHERE.search(name)
+    if found is None:
+        return None
+    lines = _feature_lines(found[1])
+    start = int(found[2]) - 1
+    if not 0 <= start < len(lines):
+        return None
+    block = [lines[start].strip()]
+    for line in lines[start + 1:]:
+        text = line.strip()
+        if not text or text.startswith(("@", "Scenario", "Rule:", "Feature:")):
+            break
+        block.append("  " + text)
+    return found[1], "\n".join(block)
+
+
+def _scenario(sc: dict[str, Any]) -> str:
+    """One scenario of a cell: its outcome and reason, and its steps as the feature file has them."""
+    head = f"<code>{html.escape(sc['id'])}</code>: {html.escape(sc['outcome'])}" + (
+        f" — {html.escape(sc['reason'])}" if sc.get("reason") else "")
+    steps = scenario_steps(sc.get("name", ""))
+    if steps is None:
+        return f"<li>{head}</li>"
+    where, text = steps
+    from .coverage import kit_root
+
+    link = (kit_root() / where).resolve().as_uri()
+    return (f'<li>{head}<details class="scenario"><summary>steps (<a href="{html.escape(link)}">{html.escape(where)}</a>)'
+            f'</summary><pre class="steps">{html.escape(text)}</pre></details></li>')
+
+
 def _cell(entry: dict[str, Any] | None) -> str:
     if entry is None:
         return '<td class="muted">—</td>'
@@ -63,10 +112,7 @@ def _cell(entry: dict[str, Any] | None) -> str:
     if entry.get("grade") in ("non-strict", "informational"):
         classes.append("nonstrict")
     label = status + (" (expected)" if entry.get("expected") else f" ({entry['grade']})" if entry.get("grade") else "")
-    scenarios = "".join(
-        f"<li><code>{html.escape(sc['id'])}</code>: {html.escape(sc['outcome'])}"
-        + (f" — {html.escape(sc['reason'])}" if sc.get("reason") else "") + "</li>"
-        for sc in entry.get("scenarios", []))
+    scenarios = "".join(_scenario(sc) for sc in entry.get("scenarios", []))
     reason = html.escape(entry.get("reason") or "")
     body = (f"<details><summary>{html.escape(label)}</summary><p>{reason}</p><ul>{scenarios}</ul></details>"
             if scenarios or reason else html.escape(label))

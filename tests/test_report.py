@@ -167,6 +167,18 @@ def test_compare_labels_totals_and_only_differences() -> None:
     assert "| t #1 | t #2 |" in same
 
 
+def test_html_cells_show_each_scenarios_steps_and_link_its_feature(tmp_path: Path) -> None:
+    from sbconform.report import write_html
+
+    named = {**result("pass", "SETTLE-SEND-006"),
+             "name": "Settling send operations: Properties count toward the message size (features/settlement/sending.feature:23)"}
+    report = build_report(run(named), CATALOG)
+    text = write_html([report], CATALOG, tmp_path / "s.html").read_text()
+    assert "Scenario: Properties count toward the message size" in text
+    assert "When message &quot;props&quot; with a body of 262000 bytes" in text and "Then the operation fails with" in text
+    assert 'href="file://' in text and "features/settlement/sending.feature</a>" in text
+
+
 def test_compare_html_shows_only_the_differences_when_asked(tmp_path: Path) -> None:
     from sbconform.report import write_html
 
