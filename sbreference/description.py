@@ -48,6 +48,10 @@ class EntityDescription:
     dead_lettering_on_filter_evaluation_exceptions: bool = True
     #: Active, Disabled, SendDisabled or ReceiveDisabled (sbreference/status.py, SETTLE-STATUS-001..003)
     status: str = "Active"
+    #: Topics: whether the topic keeps its messages in order (CreateTopicOptions.SupportOrdering,
+    #: true by default). The model keeps acceptance order either way: without the guarantee any
+    #: order is allowed, and acceptance order is one of them (audit row ENT-026).
+    support_ordering: bool = True
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:  # names are case-insensitive: kept as Service Bus spells them
@@ -97,11 +101,11 @@ class EntityDescription:
 #: The properties each kind of entity has (CreateQueueOptions, CreateTopicOptions,
 #: CreateSubscriptionOptions): SETTLE-ENT-003. The rest must keep their defaults.
 KIND_FIELDS = {
-    "queue": frozenset(EntityDescription.field_names()),
+    "queue": frozenset(EntityDescription.field_names()) - {"support_ordering"},  # a topic's (CreateTopicOptions)
     "topic": frozenset({
         "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
         "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning", "status",
+        "enable_partitioning", "status", "support_ordering",
     }),
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",

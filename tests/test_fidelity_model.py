@@ -406,3 +406,19 @@ def test_a_partitioned_premium_entity_cannot_be_given_more_than_1_mb_per_message
     ns.create_queue("q")
     fails(ErrorCode.ARGUMENT_ERROR, ns.update, "q", max_message_size=100 * MB)
     assert ns.describe("q").max_message_size == 1 * MB
+
+
+def test_entity_descriptions_round_trip_support_ordering() -> None:
+    """ENT-026: a topic takes SupportOrdering (CreateTopicOptions), a queue does not
+    (CreateQueueOptions has none); order is kept either way."""
+    ns = Namespace()
+    ns.create_topic("t", support_ordering=False)
+    ns.create_subscription("t", "s")
+    assert ns.describe("t").support_ordering is False
+    with pytest.raises(ServiceBusError) as refused:
+        ns.create_queue("q", support_ordering=False)
+    assert refused.value.code is ErrorCode.ARGUMENT_ERROR
+    c = ns.connect()
+    for i in range(5):
+        ns.send(c, "t", Message(body=str(i).encode()))
+    assert [d.message.body for d in ns.receive(c, "t/Subscriptions/s", 5)] == [b"0", b"1", b"2", b"3", b"4"]

@@ -51,6 +51,7 @@ FIELDS = {
         "DuplicateDetectionHistoryTimeWindow": ("duplicate_detection_history_time_window", "duration"),
         "EnablePartitioning": ("enable_partitioning", "bool"),
         "MaxMessageSizeInKilobytes": ("max_message_size", "kilobytes"),
+        "SupportOrdering": ("support_ordering", "bool"),
     },
     "subscription": {
         **_COMMON,

@@ -36,7 +36,7 @@ FIELDS = {
     "topic": frozenset({
         "default_message_time_to_live", "requires_duplicate_detection", "duplicate_detection_history_time_window",
         "max_size_in_megabytes", "max_message_size", "enable_batched_operations", "auto_delete_on_idle",
-        "enable_partitioning", "status",
+        "enable_partitioning", "status", "support_ordering",
     }),
     "subscription": frozenset({
         "lock_duration", "max_delivery_count", "default_message_time_to_live", "dead_lettering_on_message_expiration",
