@@ -26,7 +26,7 @@ from .description import (  # noqa: F401
     expiry,
 )
 from .errors import ErrorCode, ServiceBusError
-from .message import Delivery, Message, State, StoredMessage, message_size
+from .message import MESSAGE_OVERHEAD, PROPERTY_LIMIT, Delivery, Message, State, StoredMessage, header_problem, message_size
 from .rules import RuleSet, route
 from .store import MessageStore
 
@@ -104,6 +104,8 @@ class Entity:
         """``check`` for a single message, without lists: its size, once it fits every limit."""
         size = message_size(m)
         if size <= self.description.max_message_size and self.bytes + size <= self.max_bytes and (
+            size - MESSAGE_OVERHEAD - len(m.body) <= PROPERTY_LIMIT  # no header limit can apply (SETTLE-SEND-009)
+        ) and (
             m.session_id is not None or not self.sends_need_session_id
         ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
             m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
@@ -131,6 +133,10 @@ class Entity:
                     f"The message of {size} bytes exceeds the maximum message size of {d.max_message_size} bytes.",
                     transient=False,
                 )
+        for m in messages:  # SETTLE-SEND-009
+            problem = header_problem(m)
+            if problem is not None:
+                raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message was refused: {problem}.", transient=False)
         if len(messages) > 1 and total > d.max_message_size:
             raise ServiceBusError(
                 ErrorCode.MESSAGE_SIZE_EXCEEDED,

@@ -99,6 +99,34 @@ def message_size(message: Message) -> int:
     return size
 
 
+#: SETTLE-SEND-009: "Maximum message property size for each property is 32 KB. Cumulative size of
+#: all properties can't exceed 64 KB. This limit applies to the entire header of the brokered
+#: message, which has both user properties and system properties" (Service Bus quotas).
+PROPERTY_LIMIT = 32 * 1024
+HEADER_LIMIT = 64 * 1024
+
+
+def header_size(message: Message) -> int:
+    """The model's size of a message's header: everything ``message_size`` counts but the body
+    and the fixed overhead (system properties, application property keys and values)."""
+    return message_size(message) - MESSAGE_OVERHEAD - len(message.body)
+
+
+def header_problem(message: Message) -> str | None:
+    """Why the broker refuses this message's header (SETTLE-SEND-009), or None. Cheap when the
+    whole header is under one property's limit (no property can then be over it)."""
+    header = header_size(message)
+    if header <= PROPERTY_LIMIT:
+        return None
+    for key, value in message.application_properties.items():
+        size = len(key.encode("utf-8")) + _value_size(value)
+        if size > PROPERTY_LIMIT:
+            return f"the property {key!r} is {size} bytes, over the {PROPERTY_LIMIT} bytes a property may hold"
+    if header > HEADER_LIMIT:
+        return f"its properties are {header} bytes, over the {HEADER_LIMIT} bytes of a message header"
+    return None
+
+
 class State(str, Enum):
     """Where a message copy stands. The first four are live states of a store."""
 

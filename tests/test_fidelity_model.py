@@ -422,3 +422,17 @@ def test_entity_descriptions_round_trip_support_ordering() -> None:
     for i in range(5):
         ns.send(c, "t", Message(body=str(i).encode()))
     assert [d.message.body for d in ns.receive(c, "t/Subscriptions/s", 5)] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_properties_over_32_kb_or_a_header_over_64_kb_are_refused() -> None:
+    """SETTLE-SEND-009 (audit row ENT-023): one property over 32 KB, or a header over 64 KB in all,
+    is refused and nothing is stored; 30 KB in one property is taken."""
+    ns = Namespace()
+    ns.create_queue("q")
+    c = ns.connect()
+    for props in ({"big": "x" * 33_000}, {f"p{i}": "y" * 20_000 for i in range(4)}):
+        with pytest.raises(ServiceBusError) as refused:
+            ns.send(c, "q", Message(body=b"b", application_properties=props))
+        assert refused.value.code is ErrorCode.ARGUMENT_ERROR and not refused.value.transient
+    ns.send(c, "q", Message(body=b"b", application_properties={"ok": "z" * 30_000}))
+    assert ns.runtime_info("q")["active"] == 1

@@ -50,3 +50,11 @@ Feature: Settling send operations
   Scenario: Sending to an entity that does not exist fails
     When message "lost" is sent to the missing entity "nowhere"
     Then the operation fails with "entity-not-found"
+
+  @SETTLE-SEND-009
+  Scenario: A property over 32 KB is refused and nothing is stored
+    When message "big" with a property "note" of 33000 characters is sent to "q"
+    Then the operation is refused
+    When message "ok" with a property "note" of 30000 characters is sent to "q"
+    Then the operation succeeds
+    And peeking "q" shows "ok"

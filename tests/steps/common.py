@@ -281,6 +281,12 @@ def operation_succeeds(world: World) -> None:
     world.require_no_pending_error()
 
 
+@step(r"the operation is refused")
+def operation_refused(world: World) -> None:
+    """Any error conforms: the clause names no condition (the broker's is one the SDKs do not map)."""
+    world.take_error()
+
+
 @step(r'the operation fails with "(?P<code>[^"]+)"')
 def operation_fails(world: World, code: str) -> None:
     error = world.take_error()
