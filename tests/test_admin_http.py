@@ -385,11 +385,34 @@ def test_bad_bodies_are_400_with_a_reason_and_nothing_is_created(broker, admin, 
         admin.get_queue("malformed")
 
 
+def test_queue_and_topic_names_may_hold_slashes(admin, amqp) -> None:
+    """Service Bus entity paths may be nested (a/b/c; the paired client's backlog queues are
+    <namespace>/x-servicebus-transfer/<i>): the REST API creates, reads, lists and deletes them,
+    and a nested topic's subscriptions and rules are reached after its whole path."""
+    admin.create_queue("nested/x-servicebus-transfer/0", max_delivery_count=4)
+    assert admin.get_queue("nested/x-servicebus-transfer/0").max_delivery_count == 4
+    assert "nested/x-servicebus-transfer/0" in [q.name for q in admin.list_queues()]
+    with amqp.get_queue_sender("nested/x-servicebus-transfer/0") as s:
+        s.send_messages(ServiceBusMessage(b"x"))
+    assert admin.get_queue_runtime_properties("nested/x-servicebus-transfer/0").active_message_count == 1
+    admin.create_topic("a/b/t")
+    admin.create_subscription("a/b/t", "s")
+    from azure.servicebus.management import SqlRuleFilter
+
+    admin.create_rule("a/b/t", "s", "r", filter=SqlRuleFilter("x = 1"))
+    assert [r.name for r in admin.list_rules("a/b/t", "s")] == ["$Default", "r"]
+    assert [s.name for s in admin.list_subscriptions("a/b/t")] == ["s"]
+    admin.delete_topic("a/b/t")
+    admin.delete_queue("nested/x-servicebus-transfer/0")
+    with pytest.raises(ResourceNotFoundError):
+        admin.get_queue("nested/x-servicebus-transfer/0")
+
+
 def test_oversize_bodies_and_bad_paths(broker, admin) -> None:
     _, http = broker
     status, _ = raw(http, "PUT", "/big?api-version=2021-05", body=b"x" * (300 * 1024))
     assert status == 413
-    for path in ("/a/b?api-version=2021-05", "/a/subscriptions/b/c/d/e?api-version=2021-05", "/$Resources/Nope"):
+    for path in ("/a//b?api-version=2021-05", "/a/subscriptions/b/c/d/e?api-version=2021-05", "/$Resources/Nope"):
         status, _ = raw(http, "GET", path)
         assert status in (400, 501), path
     status, _ = raw(http, "GET", "/$Resources/Queues?$top=-1")

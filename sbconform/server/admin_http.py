@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sbreference import ErrorCode, Rule, ServiceBusError
+from sbreference import ErrorCode, Rule, ServiceBusError, paths
 from sbreference.rules import RuleSet
 
 from ..amqp.codec import status_of
@@ -82,21 +82,23 @@ class AdminApi:
         return self.meta[key]
 
     def _kind(self, path: str) -> str | None:
-        parts = path.split("/")
-        entity = self.ns.entities.get(parts[0].lower())
-        if entity is None:
+        """queue, topic or subscription; None if there is none at ``path`` (a queue's or topic's
+        name may hold slashes: ``a/b/c``)."""
+        parsed = paths.parse(path)
+        entity = self.ns.entities.get(parsed.key)
+        if entity is None or parsed.dead_letter:
             return None
-        if len(parts) == 3 and parts[1].lower() == "subscriptions":
+        if parsed.subscription is not None:
             subs = getattr(entity, "subscriptions", None)
-            return "subscription" if subs is not None and parts[2].lower() in subs else None
-        return entity.kind if len(parts) == 1 else None
+            return "subscription" if subs is not None and parsed.subscription_key in subs else None
+        return entity.kind
 
     def _name(self, path: str) -> str:
         """The entity's own spelling of its path."""
-        parts = path.split("/")
-        entity = self.ns.entities[parts[0].lower()]
-        if len(parts) == 3:
-            return entity.subscriptions[parts[2].lower()].path
+        parsed = paths.parse(path)
+        entity = self.ns.entities[parsed.key]
+        if parsed.subscription is not None:
+            return entity.subscriptions[parsed.subscription_key].path
         return entity.path
 
     # -- reads
@@ -138,7 +140,8 @@ class AdminApi:
         elif kind == "topic":
             self.ns.create_topic(path, **props)
         else:
-            topic, _, name = path.split("/")
+            parsed = paths.parse(path)
+            topic, name = parsed.entity, str(parsed.subscription)
             if default_rule is not None:
                 RuleSet([default_rule])  # checked (SQL, name) before the subscription exists
             self.ns.create_subscription(topic, name, **props)
@@ -372,16 +375,21 @@ class AdminHttp:
             kind = lower[1][:-1]
             items = self.call(lambda: self.api.list(kind, skip, top + 1))
             return 200, feed_xml(parts[1], items[:top], host, path, skip, top, len(items) > top)
-        if len(parts) in (4, 5) and lower[1] == "subscriptions" and lower[3] == "rules" and all(parts):
-            return self._rules(method, parts, skip, top, headers, body, host)
-        if method == "GET" and len(parts) == 2 and lower[1] == "subscriptions":
-            items = self.call(lambda: self.api.list("subscription", skip, top + 1, topic=parts[0]))
-            return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, len(items) > top)
-        if not parts or any(not p for p in parts) or parts[0].startswith("$") or not (
-            len(parts) == 1 or (len(parts) == 3 and lower[1] == "subscriptions")
-        ):
+        if not parts or any(not p for p in parts) or parts[0].startswith("$"):
             raise HttpError(400, f"'/{path}' names no queue, topic or subscription")
-        entity_path = parts[0] if len(parts) == 1 else f"{parts[0]}/Subscriptions/{parts[2]}"
+        # A queue's or topic's name may hold slashes (a/b/c); "Subscriptions" after it names its subscriptions
+        cut = lower.index("subscriptions", 1) if "subscriptions" in lower[1:] else len(parts)
+        entity, rest = "/".join(parts[:cut]), parts[cut + 1:]
+        if cut < len(parts) and len(rest) in (2, 3) and rest[1].lower() == "rules":
+            return self._rules(method, f"{entity}/Subscriptions/{rest[0]}", rest[2] if len(rest) == 3 else None,
+                               path, skip, top, headers, body, host)
+        if cut < len(parts) and not rest and method == "GET":
+            items = self.call(lambda: self.api.list("subscription", skip, top + 1, topic=entity))
+            return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, len(items) > top)
+        if cut < len(parts) and len(rest) != 1:
+            raise HttpError(400, f"'/{path}' names no queue, topic or subscription")
+        subscription = rest[0] if rest else None
+        entity_path = entity if subscription is None else f"{entity}/Subscriptions/{subscription}"
         if method == "GET":
             found = self.call(lambda: self.api.describe(entity_path))
             return 200, (entry_xml(found, host) if found is not None else empty_feed())
@@ -389,8 +397,8 @@ class AdminHttp:
             self.call(lambda: self.api.delete(entity_path))
             return 200, b""
         if method == "PUT":
-            _check_names(parts)
-            kind = "subscription" if len(parts) == 3 else _put_kind(body)
+            _check_names(entity, subscription)
+            kind = "subscription" if subscription is not None else _put_kind(body)
             props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
             if (headers.get("If-Match") or "").strip():
                 return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
@@ -398,18 +406,17 @@ class AdminHttp:
             return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras, default_rule)), host)
         raise HttpError(405, f"{method} is not supported on '/{path}'")
 
-    def _rules(self, method: str, parts: list[str], skip: int, top: int, headers: Any, body: bytes, host: str) -> tuple[int, bytes]:
+    def _rules(self, method: str, sub_path: str, name: str | None, path: str, skip: int, top: int, headers: Any, body: bytes,
+               host: str) -> tuple[int, bytes]:
         """``/{topic}/Subscriptions/{sub}/Rules[/{rule}]``: Get, Create, Update (``If-Match: *``),
         Delete and List Rules (https://learn.microsoft.com/previous-versions/azure/reference/hh780760(v=azure.100)):
         201 on create, 409 if the rule exists, 404 if it or the subscription does not, 400 for
         a body or SQL the broker refuses (the model's error as the detail), 403 past the quota."""
-        sub_path = f"{parts[0]}/Subscriptions/{parts[2]}"
-        if len(parts) == 4:
+        if name is None:
             if method != "GET":
                 raise HttpError(405, f"{method} is not supported on a subscription's rules")
             items = self.call(lambda: self.api.rules(sub_path, skip, top + 1))
-            return 200, rule_feed_xml(items[:top], host, "/".join(parts), skip, top, len(items) > top)
-        name = parts[4]
+            return 200, rule_feed_xml(items[:top], host, path, skip, top, len(items) > top)
         if method == "GET":
             return 200, rule_entry_xml(self.call(lambda: self.api.rule(sub_path, name)), host)
         if method == "DELETE":
@@ -428,12 +435,15 @@ class AdminHttp:
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
-def _check_names(parts: list[str]) -> None:
-    names = [(parts[0], 260)] + ([(parts[2], 50)] if len(parts) == 3 else [])
-    for name, longest in names:
-        if len(name) > longest or not _NAME.match(name):
-            raise HttpError(400, f"'{name[:80]}' is not a valid entity name: letters, digits, '.', '-' and '_', "
-                                 f"starting and ending with a letter or digit, at most {longest} characters")
+def _check_names(entity: str, subscription: str | None) -> None:
+    """A queue or topic path: segments of letters, digits, '.', '-' and '_' separated by '/', at most
+    260 characters; a subscription name: one such segment, at most 50 (Service Bus quotas)."""
+    if len(entity) > 260 or not all(_NAME.match(segment) for segment in entity.split("/")):
+        raise HttpError(400, f"'{entity[:80]}' is not a valid entity name: a path of segments of letters, digits, '.', '-' and '_', "
+                             "each starting and ending with a letter or digit, at most 260 characters")
+    if subscription is not None and (len(subscription) > 50 or not _NAME.match(subscription)):
+        raise HttpError(400, f"'{subscription[:80]}' is not a valid entity name (a subscription): letters, digits, '.', '-' and '_', "
+                             "starting and ending with a letter or digit, at most 50 characters")
 
 
 def _int(text: str, name: str) -> int:

@@ -215,7 +215,9 @@ def entry_xml(found: dict[str, Any], host: str) -> bytes:
 def _entry_into(entry: ET.Element, found: dict[str, Any], host: str) -> None:
     url = f"https://{host}/{found['path']}?api-version={API_VERSION}"
     _el(entry, "id", url)
-    _el(entry, "title", None, {"type": "text"}).text = found["path"].rsplit("/", 1)[-1]
+    # a subscription is titled by its name; a queue or topic by its whole path (it may hold slashes)
+    title = found["path"].rsplit("/", 1)[-1] if found["kind"] == "subscription" else found["path"]
+    _el(entry, "title", None, {"type": "text"}).text = title
     _el(entry, "published", _utc(found["created"]))
     _el(entry, "updated", _utc(found["updated"]))
     author = _el(entry, "author", None)

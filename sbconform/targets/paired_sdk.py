@@ -46,14 +46,15 @@ def paired_namespace(target: "SdkTarget") -> "SdkTarget":
     from .sdk import SdkTarget
 
     target.require("paired-namespaces")
+    rest_port = None
     if target.serve:
-        connection_string = secondary_server().connection_string
-        control = target.control_mode
+        server = secondary_server()
+        connection_string, rest_port = server.connection_string, server.http_port
     else:
         connection_string = target.secondary_connection_string
-        control = target.control_mode
-    secondary = SdkTarget(connection_string=connection_string, control=control, prefix=target.prefix)
+    secondary = SdkTarget(connection_string=connection_string, control=target.control_mode, prefix=target.prefix)
     secondary.capabilities, secondary.lacking = target.capabilities, target.lacking
+    secondary.rest_port = rest_port  # the backlog queues are created through its management REST API
     secondary.open()
     return secondary
 

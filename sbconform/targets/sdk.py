@@ -116,6 +116,7 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         self._opened = False
         self._low_level: LowLevelClient | None = None
         self.secondary_connection_string = secondary  # a pairing's secondary namespace (paired_sdk)
+        self.rest_port: int | None = None  # the management REST port of an sbconform serve this target started
         self.time_control = False  # the endpoint's clock can be moved on (sbconform serve)
         self.skew = 0  # ms the endpoint's clock was moved on since open
         self.clock_partners: list[SdkTarget] = []
@@ -165,7 +166,7 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
                 if mode == "amqp":
                     raise RuntimeError(f"the endpoint has no $sbconform control node: {error}") from None
                 self.control = None
-            http_port = shared_server().http_port if self.serve else None
+            http_port = shared_server().http_port if self.serve else self.rest_port
             if mode == "auto" and self.control is not None and http_port:
                 # sbconform serve started here: entities and rules through its management REST API,
                 # as on any Service Bus; the control node for outages and virtual time (sdk_provision)
@@ -231,9 +232,10 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         partitioned Premium namespace of ``partition_count`` partitions (Sku Premium,
         PartitionCount in its config). The caller closes it."""
         self.require("premium-namespace")
-        target = SdkTarget(connection_string=premium_server(partition_count).connection_string,
-                           control=self.control_mode, prefix=self.prefix)
+        server = premium_server(partition_count)
+        target = SdkTarget(connection_string=server.connection_string, control=self.control_mode, prefix=self.prefix)
         target.capabilities, target.lacking = self.capabilities, self.lacking
+        target.rest_port = server.http_port  # provisioned through its management REST API, as any namespace
         target.open()
         return target
 
@@ -241,8 +243,10 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         """With ``serve=true``: a target on another ``sbconform serve``, started with a Basic
         namespace (Sku Basic in its config). The caller closes it."""
         self.require("basic-namespace")
-        target = SdkTarget(connection_string=tier_server("Basic").connection_string, control=self.control_mode, prefix=self.prefix)
+        server = tier_server("Basic")
+        target = SdkTarget(connection_string=server.connection_string, control=self.control_mode, prefix=self.prefix)
         target.capabilities, target.lacking = self.capabilities, self.lacking
+        target.rest_port = server.http_port
         target.open()
         return target
 
