@@ -115,8 +115,12 @@ class ServiceBusEmulatorContainer:
         sql_env: dict[str, str] | None = None,
         startup_timeout: float = 180,
         sql_timeout: float = 120,
+        amqp_port: int = AMQP_PORT,
+        http_port: int = HTTP_PORT,
     ) -> None:
         self.image, self.sql_image = image, sql_image
+        #: the ports the emulator listens on inside its container (mapped to free host ports)
+        self.container_amqp_port, self.container_http_port = int(amqp_port), int(http_port)
         self.accept_eula = accept_eula
         self.config = None if config is None else Path(config)
         if self.config is not None and not self.config.is_file():
@@ -169,12 +173,20 @@ class ServiceBusEmulatorContainer:
             raise
         return self
 
+    def environment(self) -> dict[str, str]:
+        """The emulator container's environment: the EULA, its SQL Server, the HTTP port when not
+        the default (``EMULATOR_HTTP_PORT``), then what the caller added."""
+        environment = {"ACCEPT_EULA": "Y", "SQL_SERVER": SQL_ALIAS, "MSSQL_SA_PASSWORD": self.sql_password}
+        if self.container_http_port != HTTP_PORT:
+            environment["EMULATOR_HTTP_PORT"] = str(self.container_http_port)
+        return {**environment, **self.env}
+
     def _start_emulator(self) -> None:
         from testcontainers.core.container import DockerContainer
 
-        emulator = DockerContainer(self.image, labels=self.labels).with_network(self.network).with_exposed_ports(AMQP_PORT, HTTP_PORT)
-        environment = {"ACCEPT_EULA": "Y", "SQL_SERVER": SQL_ALIAS, "MSSQL_SA_PASSWORD": self.sql_password, **self.env}
-        for name, value in environment.items():
+        emulator = DockerContainer(self.image, labels=self.labels).with_network(self.network).with_exposed_ports(
+            self.container_amqp_port, self.container_http_port)
+        for name, value in self.environment().items():
             emulator = emulator.with_env(name, value)
         if self.config is not None:
             emulator = emulator.with_volume_mapping(str(self.config.resolve()), CONFIG_IN_CONTAINER, mode="ro")
@@ -272,10 +284,10 @@ class ServiceBusEmulatorContainer:
         return self.emulator.get_container_host_ip()
 
     def amqp_port(self) -> int:
-        return int(self.emulator.get_exposed_port(AMQP_PORT))
+        return int(self.emulator.get_exposed_port(self.container_amqp_port))
 
     def http_port(self) -> int:
-        return int(self.emulator.get_exposed_port(HTTP_PORT))
+        return int(self.emulator.get_exposed_port(self.container_http_port))
 
     def get_connection_string(self) -> str:
         """For ServiceBusClient (AMQP)."""

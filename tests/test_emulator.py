@@ -340,3 +340,20 @@ def test_a_scenario_needing_more_than_a_quota_is_skipped_naming_it() -> None:
 
     with pytest.raises(pytest.skip.Exception, match="a message time to live of 7200000 ms"):
         target.send(None, [Message(body=b"x", time_to_live=2 * 3600 * 1000)])
+
+
+def test_the_emulators_ports_are_options_and_reach_its_container() -> None:
+    """Images, tags, ports and environment are options: the ports the emulator listens on in its
+    container (documented defaults 5672 and 5300) reach the container, the HTTP one also as
+    EMULATOR_HTTP_PORT; a port that is no number is one option error."""
+    from sbconform.emulator import ServiceBusEmulatorContainer
+    from sbconform.targets.emulator import EmulatorTarget
+
+    default = ServiceBusEmulatorContainer(accept_eula=True)
+    assert (default.container_amqp_port, default.container_http_port) == (5672, 5300)
+    assert "EMULATOR_HTTP_PORT" not in default.environment()
+    moved = ServiceBusEmulatorContainer(accept_eula=True, http_port=5301, env={"X": "1"})
+    assert moved.environment()["EMULATOR_HTTP_PORT"] == "5301" and moved.environment()["X"] == "1"
+    assert EmulatorTarget(accept_eula="Y", amqp_port="5673", http_port="5301").ports == (5673, 5301)
+    with pytest.raises(ValueError, match="port"):
+        EmulatorTarget(accept_eula="Y", http_port="web")

@@ -10,6 +10,9 @@ Options (``--option KEY=VALUE``):
   environment, ports and config, for testing the orchestration where the images cannot be pulled).
 - ``config``: a Config.json for the emulator to start with.
 - ``sql_password``; ``env``: ``NAME=VALUE,...`` for the emulator's container; ``prefix``.
+- ``amqp_port``, ``http_port``: the ports the emulator listens on in its container (5672 and 5300,
+  as documented); a different HTTP port is also given to it as ``EMULATOR_HTTP_PORT``. Both are
+  mapped to free host ports.
 - ``control``: ``auto`` or ``admin`` (the default): entities created per test and deleted after,
   through the emulator's management API on its HTTP port (ServiceBusAdministrationClient);
   ``config``: for emulator versions without that API, entities written into a generated
@@ -46,14 +49,16 @@ _RUNNING: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
 
 
-def shared_emulator(image: str, sql_image: str, config: str | None, sql_password: str, env: tuple[tuple[str, str], ...] = ()) -> Any:
-    from ..emulator import ServiceBusEmulatorContainer
+def shared_emulator(image: str, sql_image: str, config: str | None, sql_password: str, env: tuple[tuple[str, str], ...] = (),
+                    ports: tuple[int, int] | None = None) -> Any:
+    from ..emulator import AMQP_PORT, HTTP_PORT, ServiceBusEmulatorContainer
 
-    key = (image, sql_image, config, sql_password, env)
+    amqp_port, http_port = ports or (AMQP_PORT, HTTP_PORT)
+    key = (image, sql_image, config, sql_password, env, amqp_port, http_port)
     with _LOCK:
         if key not in _RUNNING:
             emulator = ServiceBusEmulatorContainer(image, sql_image, accept_eula=True, config=config, sql_password=sql_password,
-                                                   env=dict(env))
+                                                   env=dict(env), amqp_port=amqp_port, http_port=http_port)
             emulator.start()
             atexit.register(emulator.stop)
             _RUNNING[key] = emulator
@@ -87,8 +92,17 @@ class EmulatorTarget(SdkTarget):
         prefix: str = "",
         plan: str | None = None,
         env: str = "",
+        amqp_port: str | int | None = None,
+        http_port: str | int | None = None,
     ) -> None:
-        from ..emulator import DEFAULT_SQL_PASSWORD, EMULATOR_IMAGE, SQL_IMAGE
+        from ..emulator import AMQP_PORT, DEFAULT_SQL_PASSWORD, EMULATOR_IMAGE, HTTP_PORT, SQL_IMAGE
+
+        try:  # the ports the emulator listens on in its container (documented defaults 5672 and 5300)
+            self.ports = (int(amqp_port or AMQP_PORT), int(http_port or HTTP_PORT))
+        except ValueError:
+            raise ValueError(f"amqp_port={amqp_port!r}, http_port={http_port!r}: port numbers") from None
+        if not all(0 < port < 65536 for port in self.ports):
+            raise ValueError(f"amqp_port={self.ports[0]}, http_port={self.ports[1]}: expected 1 to 65535")
 
         if str(accept_eula).upper() not in ("Y", "YES", "TRUE", "1"):
             raise ValueError(  # an option the user must give: one line, exit 2 (not the broker's failure)
@@ -149,7 +163,7 @@ class EmulatorTarget(SdkTarget):
             from ..emulator import standin_images
 
             self.image, self.sql_image = standin_images(log=lambda *_: None)
-        self.emulator = shared_emulator(self.image, self.sql_image, self.config, self.sql_password, self.env)
+        self.emulator = shared_emulator(self.image, self.sql_image, self.config, self.sql_password, self.env, self.ports)
         self.connection_string = self.emulator.get_connection_string()
         super().open()
         if self.config_mode:
@@ -365,7 +379,8 @@ def preflight(options: dict[str, Any]) -> None:
         except EngineUnavailable as error:
             raise PreflightError(f"the stand-in images cannot be built: {error}") from None
     trial = ServiceBusEmulatorContainer(target.image, target.sql_image, accept_eula=True, config=target.config,
-                                        sql_password=target.sql_password, env=dict(target.env))
+                                        sql_password=target.sql_password, env=dict(target.env),
+                                        amqp_port=target.ports[0], http_port=target.ports[1])
     try:
         trial.start()
     except EmulatorError as error:
