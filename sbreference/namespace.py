@@ -426,15 +426,16 @@ class Namespace(Provisioning):
         subscription is Disabled or ReceiveDisabled, or its topic Disabled (SETTLE-STATUS-002).
         Peeks, lock renewals and releases stay allowed (the documentation names receive and
         complete; a suspension keeps every message)."""
-        store = self._receiving_store(path)
         route = self._routes.get(path)
-        if route is None:  # not cached: perhaps not Active
-            entity, own = self._resolve(path)
-            entity_status, subscription_status = self._statuses(entity, own)
-            if entity.kind == "topic":
-                refuse_receive("subscription", path, subscription_status, topic_status=entity_status)
-            else:
-                refuse_receive(entity.kind, path, entity_status)
+        if route is not None:  # cached: everything on the route is Active
+            return self._store_of(path, *route)
+        entity, own = self._resolve(path)
+        store = self._store_of(path, entity, own)
+        entity_status, subscription_status = self._statuses(entity, own)
+        if entity.kind == "topic":
+            refuse_receive("subscription", path, subscription_status, topic_status=entity_status)
+        else:
+            refuse_receive(entity.kind, path, entity_status)
         return store
 
     def _route(self, path: str) -> tuple[Entity, MessageStore | None]:
@@ -457,7 +458,11 @@ class Namespace(Provisioning):
 
     def _receiving_store(self, path: str) -> MessageStore:
         route = self._routes.get(path)
-        entity, store = route if route is not None else self._resolve(path)
+        return self._store_of(path, *(route if route is not None else self._resolve(path)))
+
+    def _store_of(self, path: str, entity: Entity, store: MessageStore | None) -> MessageStore:
+        """The store a receiver on ``path`` (resolved to ``entity`` and ``store``) takes from,
+        with what time made due applied."""
         if entity.schedule_order:
             entity.tick(self.clock.now)
         if store is None:
