@@ -516,6 +516,7 @@ def _mutated(change) -> dict:
     (lambda d, ns: ns["Queues"][0]["Properties"].__setitem__("ForwardTo", "nowhere"), rf"{NS}\.Queues\[0\]\.Properties\.ForwardTo: .*'nowhere'"),
     (lambda d, ns: ns["Queues"][0]["Properties"].__setitem__("ForwardDeadLetteredMessagesTo", "nowhere"), rf"{NS}\.Queues\[0\]\.Properties\.ForwardDeadLetteredMessagesTo: .*'nowhere'"),
     (lambda d, ns: ns.__setitem__("Topics", [{"Name": "t", "Subscriptions": [{"Name": "a/b"}]}]), rf"{NS}\.Topics\[0\]\.Subscriptions\[0\]\.Name"),
+    (lambda d, ns: ns["Queues"][0]["Properties"].__setitem__("Status", "Paused"), rf"{NS}\.Queues\[0\]\.Properties\.Status: unknown entity status"),
 ])
 def test_strict_configuration(change, where: str) -> None:
     with pytest.raises(ConfigError, match=where):
