@@ -47,3 +47,18 @@ def test_the_check_sees_an_attribute_of_ours() -> None:
     line = '        link.sb_role = "node"'
     found = ASSIGNED.findall(line)
     assert found == [("link", "sb_role")] and not protons_own(proton.Link, "sb_role")
+
+
+def test_every_event_the_dispatcher_acts_on_reaches_it() -> None:
+    """The connection loop pops, unread, every proton event outside ``_HANDLED`` (most are
+    proton's own bookkeeping): an event type ``_event`` acts on but missing there would be
+    dropped silently. Both lists are read from the source."""
+    from sbconform.server import connections
+
+    source = (SERVER / "connections.py").read_text(encoding="utf-8")
+    body = source[source.index("    def _event(self"):]
+    end = body.find("\n    def ", 10)
+    body = body if end < 0 else body[:end]
+    acted_on = {getattr(proton.Event, name).number for name in re.findall(r"kind == Event\.([A-Z_]+)", body)}
+    assert len(acted_on) >= 9, acted_on
+    assert acted_on <= connections._HANDLED, acted_on - connections._HANDLED

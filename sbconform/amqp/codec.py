@@ -300,9 +300,8 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
         elif code == FOOTER:
             footer = bytes(data[start:end])
 
-    def text(index: int) -> str | None:
-        kind, value = fields.get(index, ("null", None))
-        return _text(kind, value)
+    texts = {index: _text(kind, value) for index, (kind, value) in fields.items()}
+    text = texts.get
 
     message_id = text(MESSAGE_ID)
     # Without a message-id the broker assigns one (what comes back out carries it), but the
@@ -317,7 +316,7 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
         annotations=tuple(annotations), properties=None if props is None else tuple(props),
         application=None if application is None else tuple(application), application_section=application_section,
         body=b"" if data_body else b"".join(bytes(data[a:b]) for _, a, b in body_parts), data_body=data_body, footer=footer,
-        texts=tuple((index, _model_text(index, text(index))) for index, _ in MODEL_FIELDS),
+        texts=tuple([(index, _model_text(index, text(index))) for index, _ in MODEL_FIELDS]),
         assigned_message_id=assigned_id,
         application_values=dict(app_values) if application is not None else None,
     )

@@ -53,6 +53,12 @@ _FIXED = {code: 1 + {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}[code >> 4]
           for code in range(0x40, 0xA0) if code >> 4 in (0x4, 0x5, 0x6, 0x7, 0x8, 0x9)}
 
 
+#: codes whose value is a one-byte size then that many bytes (vbin8, str8, sym8, list8, map8,
+#: array8) and those with a four-byte size (their 32-bit forms)
+_SIZE8 = frozenset(c for c in range(0x100) if c >> 4 in (0xA, 0xC, 0xE))
+_SIZE32 = frozenset(c for c in range(0x100) if c >> 4 in (0xB, 0xD, 0xF))
+
+
 def skip(buf: bytes | memoryview, pos: int) -> int:
     """The position just after the value starting at ``pos``."""
     n = len(buf)
@@ -62,11 +68,18 @@ def skip(buf: bytes | memoryview, pos: int) -> int:
     fixed = _FIXED.get(code)
     if fixed is not None:
         end = pos + fixed
+    elif code in _SIZE8:
+        if pos + 1 >= n:
+            raise WireError("truncated value")
+        end = pos + 2 + buf[pos + 1]
+    elif code in _SIZE32:
+        if pos + 5 > n:
+            raise WireError("truncated value")
+        end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
     elif code == 0x00:  # described: descriptor, then the value
         return skip(buf, skip(buf, pos + 1))
     else:
-        head, size = _width(code, buf, pos + 1)
-        end = pos + 1 + head + size
+        raise WireError(f"unknown AMQP type code 0x{code:02x}")
     if end > n:
         raise WireError("truncated value")
     return end
@@ -106,6 +119,13 @@ def read_typed(buf, pos: int = 0) -> tuple[str, Any, int]:
     end = skip(buf, pos)
     if code == 0x40:
         return "null", None, end
+    # the most frequent in Service Bus traffic first: strings, binaries, symbols
+    if code == 0xA1:
+        return "string", bytes(buf[p + 1:end]).decode("utf-8"), end
+    if code == 0xA0:
+        return "binary", bytes(buf[p + 1:end]), end
+    if code == 0xA3:
+        return "symbol", Symbol(bytes(buf[p + 1:end]).decode("ascii", "replace")), end
     if code == 0x41:
         return "boolean", True, end
     if code == 0x42:

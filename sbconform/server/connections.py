@@ -14,7 +14,8 @@ import socket
 import time
 from typing import Any, Callable
 
-from proton import Endpoint, Event
+from cproton import isnull, pn_collector_peek, pn_collector_pop, pn_event_delivery, pn_event_type, pn_event_type_name
+from proton import Delivery, Endpoint, Event
 
 from sbreference import ServiceBusError
 
@@ -22,6 +23,14 @@ from . import values as v
 from .state import ConnState
 
 log = logging.getLogger("sbconform.serve")
+
+#: the proton event types ``_event`` acts on (by number); every other one is popped unread
+_HANDLED = frozenset(e.number for e in (
+    Event.DELIVERY, Event.LINK_FLOW, Event.LINK_REMOTE_OPEN, Event.LINK_REMOTE_CLOSE,
+    Event.SESSION_REMOTE_OPEN, Event.SESSION_REMOTE_CLOSE, Event.CONNECTION_REMOTE_OPEN,
+    Event.CONNECTION_REMOTE_CLOSE, Event.TRANSPORT_CLOSED))
+_TRANSPORT_CLOSED = Event.TRANSPORT_CLOSED.number
+_DELIVERY = Event.DELIVERY.number
 
 
 class ConnectionLoop:
@@ -288,32 +297,42 @@ class ConnectionLoop:
 
     # --------------------------------------------------------------- events
     def _events(self, state: ConnState) -> None:
-        collector = state.collector
+        # proton's events read at the C level first: most (transport, local-endpoint and
+        # flow-of-our-own events) are not acted on, and are popped without building
+        # proton's Python wrappers for them (the wrappers cost more than the work)
+        impl = state.collector._impl
         while True:
-            event = collector.peek()
-            if event is None:
+            raw = pn_collector_peek(impl)
+            if isnull(raw):
                 return
-            if state.closing and event.type != Event.TRANSPORT_CLOSED:
-                collector.pop()  # we closed this connection: what it still says is not acted on
+            number = pn_event_type(raw)
+            if number not in _HANDLED or (state.closing and number != _TRANSPORT_CLOSED):
+                pn_collector_pop(impl)  # (once we close, what the peer still says is not acted on)
                 continue
             try:
-                self._event(state, event)
+                if number == _DELIVERY:  # the most frequent: no Event wrapper, the delivery itself
+                    self._delivery(state, Delivery(pn_event_delivery(raw)))
+                else:
+                    self._event(state, Event.wrap(raw))
             except Exception:  # never let one client's input stop the server
-                log.exception("error handling %s", event.type)
+                log.exception("error handling %s", pn_event_type_name(number))
                 self._shut(state, "amqp:internal-error", "The server failed to handle a frame; the connection is closed.")
-            collector.pop()
+            pn_collector_pop(impl)
             if state.closed:
                 return
+
+    def _delivery(self, state: ConnState, delivery: Delivery) -> None:
+        """A transfer in, or the client's disposition of one we sent."""
+        link = delivery.link
+        if link.is_receiver:
+            self._incoming(state, link, delivery)
+        elif delivery.updated:
+            self._settled_by_client(state, link, delivery)
 
     def _event(self, state: ConnState, event: Event) -> None:
         kind = event.type
         if kind == Event.DELIVERY:
-            delivery = event.delivery
-            link = delivery.link
-            if link.is_receiver:
-                self._incoming(state, link, delivery)
-            elif delivery.updated:
-                self._settled_by_client(state, link, delivery)
+            self._delivery(state, event.delivery)
         elif kind == Event.LINK_FLOW:
             info = state.link_info.get(event.link)
             if info is not None and info.receiving is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cproton import PN_ACCEPTED, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled, pn_delivery_update
 from proton import Delivery, Endpoint, Link
 
 from sbreference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
@@ -91,6 +92,19 @@ class Deliveries:
             if not dlv.settled:
                 dlv.settle()
             return
+        impl = dlv._impl
+        if pn_delivery_remote_state(impl) == PN_ACCEPTED:  # complete: the common case, read at the C level
+            try:
+                self.namespace.complete(state.model_conn, r.path, token)
+            except ServiceBusError as e:
+                self._answer(r, dlv, Delivery.ACCEPTED, None, e)
+                return
+            del r.tokens[dlv]
+            self.dirty.add(r.key)
+            if not pn_delivery_settled(impl):  # (settled first by older SDKs: no answer expected)
+                pn_delivery_update(impl, PN_ACCEPTED)
+                pn_delivery_settle(impl)
+            return
         txn = coordinator.transactional(dlv)
         if txn is not None:  # TXN-VIS-002: enlisted, applied at commit; the lock stays meanwhile
             try:
@@ -130,6 +144,11 @@ class Deliveries:
                 return  # not a terminal outcome yet
         except ServiceBusError as e:
             error = e
+        self._answer(r, dlv, reply, remote, error)
+
+    def _answer(self, r: Receiving, dlv: Delivery, reply: Any, remote: Any, error: ServiceBusError | None) -> None:
+        """The settlement of a client's disposition done (or refused: ``error``): the lock
+        token is spent either way; the client hears the outcome unless it settled first."""
         del r.tokens[dlv]
         self.dirty.add(r.key)
         if dlv.settled:
