@@ -214,7 +214,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         for area, counts in s["by_area"].items():
             print(f"  {area}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered")),
                   file=out)
-    print(f"sbconform: {target}: {s['pass']} pass, {s['fail']} fail ({s['strict_fail']} MUST, {s['non_strict_fail']} "
+    client = f" ({s['client_pass']} of them the kit's client over the target)" if s.get("client_pass") else ""
+    print(f"sbconform: {target}: {s['pass']} pass{client}, {s['fail']} fail ({s['strict_fail']} MUST, {s['non_strict_fail']} "
           f"SHOULD/MAY, {s['informational_fail']} INFO, {s['expected_fail']} expected), {s['skip']} skip, "
           f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}\n"
           + "\n".join(f"  {p}" for p in written), file=out, flush=True)

@@ -112,6 +112,8 @@ def _cell(entry: dict[str, Any] | None) -> str:
     if entry.get("grade") in ("non-strict", "informational"):
         classes.append("nonstrict")
     label = status + (" (expected)" if entry.get("expected") else f" ({entry['grade']})" if entry.get("grade") else "")
+    if status == "pass" and entry.get("subject") == "client" and entry.get("reason"):
+        label += " (the kit's client)"  # report.CLIENT_PASS: the target supports it, does not implement it
     scenarios = "".join(_scenario(sc) for sc in entry.get("scenarios", []))
     reason = html.escape(entry.get("reason") or "")
     body = (f"<details><summary>{html.escape(label)}</summary><p>{reason}</p><ul>{scenarios}</ul></details>"
@@ -140,6 +142,8 @@ def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[st
     summaries = "".join(
         f"<li><b>{html.escape(label)}</b>: {html.escape(str(r['summary'].get('verdict', '')))} — "
         + ", ".join(f"{r['summary'].get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered"))
+        + (f" ({r['summary']['client_pass']} of the passes the kit's own client over the target)"
+           if r['summary'].get('client_pass') else "")
         + f"; failures: {r['summary'].get('strict_fail', 0)} MUST, {r['summary'].get('non_strict_fail', 0)} SHOULD/MAY, "
         f"{r['summary'].get('informational_fail', 0)} INFO</li>"
         for label, r in zip(labels, reports))

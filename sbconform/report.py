@@ -23,6 +23,16 @@ neither fails certification. An unexpected pass (the expectations file is wrong)
 whatever the level. A run narrowed to some clauses (``--clause``, or pytest arguments)
 grades those clauses only and is never "CERTIFIED": its verdict says "selected clauses".
 An interrupted run's report is marked incomplete and certifies nothing.
+
+Each clause has a **subject** (Jepsen's distinction between the system and the client
+that drives it): ``broker`` for what a broker does, ``client`` for clauses tagged
+``client`` in the catalog, which specify a client library's behaviour (the paired
+namespace client, a sender's timeout). On any target but the reference model those run
+the kit's own client (``sbconform.paired``) over the target: a pass shows the target
+*supports* that client, never that the target implements the behaviour, so it is
+reported apart (``client_pass``) and not counted as a pass of the target
+(``broker_pass``); a failure is still a failure of the target's part in it (the client
+worked on the model, so the difference is the target's).
 """
 
 from __future__ import annotations
@@ -42,6 +52,16 @@ STATUSES = ("pass", "fail", "skip", "uncovered")
 
 #: level -> how a failure at that level counts
 GRADES = {"MUST": "strict", "SHOULD": "non-strict", "MAY": "non-strict", "INFO": "informational"}
+
+
+#: the reason a client clause's pass carries on a target other than the model
+CLIENT_PASS = ("the kit's client (sbconform.paired) passed over this target: evidence that the target "
+               "supports that client, not that the target implements the behaviour")
+
+
+def subject_of(clause: Any) -> str:
+    """``client`` for a clause about a client library's behaviour (tag ``client``), else ``broker``."""
+    return "client" if "client" in clause.tags else "broker"
 
 
 def selects(pattern: str, clause: Any) -> bool:
@@ -101,6 +121,7 @@ def build_report(
         entry: dict[str, Any] = {
             "area": clause.area,
             "level": clause.level,
+            "subject": subject_of(clause),
             "text": clause.text,
             "scenarios": [
                 {"name": t["name"], "id": t["nodeid"], "kind": t["kind"], "outcome": t["outcome"], "reason": t.get("reason", "")}
@@ -118,6 +139,8 @@ def build_report(
             entry["reason"] = "; ".join(f"{t['name']}: {t.get('reason') or 'failed'}" for t in failed)
         elif passed:
             entry["status"], entry["reason"] = "pass", ""
+            if entry["subject"] == "client" and not is_model:
+                entry["reason"] = CLIENT_PASS
         elif not relevant:
             entry["status"] = "skip"
             entry["reason"] = "covered only by model-level tests, which do not exercise this target"
@@ -153,6 +176,10 @@ def build_report(
         area[entry["status"]] += 1
     summary["by_area"] = {k: dict(v) for k, v in summary["by_area"].items()}
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
+    # passes that grade the kit's own client over this target, not the target (see above)
+    summary["client_pass"] = 0 if is_model else sum(
+        1 for e in clauses.values() if e["status"] == "pass" and e.get("subject") == "client")
+    summary["broker_pass"] = summary["pass"] - summary["client_pass"]
     graded = sum(1 for e in clauses.values() if e["status"] in ("pass", "fail"))
     summary["graded"] = graded
     summary["passed"] = summary["strict_fail"] == 0 and not incomplete  # no MUST clause failed
@@ -187,6 +214,9 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         f"{s['pass']} pass, {s['fail']} fail ({s['expected_fail']} expected), {s['skip']} skip, "
         f"{s['uncovered']} uncovered, of {s['total']} clauses.",
         "",
+        *([f"Of the passes, {s['client_pass']} grade the kit's own client over this target (clauses tagged "
+           f"`client`: the target supports that client; it does not implement it) and {s['broker_pass']} the target itself.", ""]
+          if s.get("client_pass") else []),
         f"Failures by level: {s.get('strict_fail', 0)} strict (MUST: fails certification), "
         f"{s.get('non_strict_fail', 0)} non-strict (SHOULD/MAY), {s.get('informational_fail', 0)} informational (INFO).",
         "",

@@ -213,3 +213,20 @@ def test_html_filters_work_in_a_headless_browser(tmp_path: Path) -> None:
     failing = dom("#status=fail")
     assert '<span id="shown">2</span>' in failing, failing[:2000]
     assert '<span id="shown">1</span>' in dom("#status=fail&level=MUST")
+
+
+def test_a_client_clause_passing_on_a_target_is_credited_to_the_kits_client_not_the_target() -> None:
+    """Clauses tagged ``client`` (the paired client) run the kit's own client over a target:
+    their passes are reported apart, with the reason, and never counted as the target's;
+    on the model they grade the model's own client; their failures still count."""
+    client, broker = "PAIR-FAIL-001", "PAIR-PING-002"
+    assert "client" in CATALOG.clauses[client].tags and "client" not in CATALOG.clauses[broker].tags
+    report = build_report(run(result("pass", client), result("pass", broker)), CATALOG)
+    assert report["clauses"][client]["subject"] == "client" and report["clauses"][broker]["subject"] == "broker"
+    assert "not that the target implements" in report["clauses"][client]["reason"]
+    assert report["summary"]["client_pass"] == 1 and report["summary"]["broker_pass"] == 1
+    assert "1 grade the kit's own client over this target" in render_markdown(report, CATALOG)
+    model = build_report(run(result("pass", client), capabilities=("model-internals",)), CATALOG)
+    assert model["summary"]["client_pass"] == 0 and model["clauses"][client]["reason"] == ""
+    failed = build_report(run(result("fail", client, reason="no failover")), CATALOG)
+    assert failed["clauses"][client]["grade"] == "strict" and failed["summary"]["passed"] is False

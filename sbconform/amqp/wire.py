@@ -24,6 +24,8 @@ _FRAME = struct.Struct(">IBBH")
 TRANSFER = 0x14
 ATTACH = 0x12
 DETACH = 0x16
+#: the performatives the scanner follows
+_FOLLOWED = frozenset((TRANSFER, ATTACH, DETACH))
 DATA_SECTION = 0x75
 
 
@@ -156,6 +158,8 @@ class FrameScanner:
         del buf[:pos]
 
     def _performative(self, body: memoryview, channel: int) -> None:
+        if len(body) > 2 and body[0] == 0x00 and body[1] == 0x53 and body[2] not in _FOLLOWED:
+            return  # (flow, disposition, ...: a small-ulong descriptor read without parsing the list)
         try:
             descriptor, fields, _ = described_list(body, 0)
         except (WireError, IndexError, struct.error):
