@@ -257,3 +257,12 @@ def test_the_packages_have_distinctive_names() -> None:
     include = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]["include"]
     assert sorted(include) == ["sbconform*", "sbreference*", "sbspec*"]
     assert not (ROOT / "reference").exists() and not (ROOT / "spec").exists()
+
+
+def test_amqp_framing_is_written_once() -> None:
+    """The frame header's layout and the performative codes live in ``sbconform/amqp/framing.py``;
+    the server's scanner and the proxy import them (issue 12: the proxy had its own framing)."""
+    layout, codes = 'Struct(">IBBH")', "range(0x10, 0x19)"
+    places = {str(p.relative_to(ROOT)) for p in (ROOT / "sbconform").rglob("*.py")
+              if layout in p.read_text(encoding="utf-8") or codes in p.read_text(encoding="utf-8")}
+    assert places == {"sbconform/amqp/framing.py"}, places

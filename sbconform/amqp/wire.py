@@ -19,11 +19,9 @@ import struct
 BATCH_FORMAT = 0x80013700
 
 _U32 = struct.Struct(">I")
-_FRAME = struct.Struct(">IBBH")
 
-TRANSFER = 0x14
-ATTACH = 0x12
-DETACH = 0x16
+from .framing import _FRAME, ATTACH, DETACH, TRANSFER  # noqa: E402,F401  (framing: one place)
+
 #: the performatives the scanner follows
 _FOLLOWED = frozenset((TRANSFER, ATTACH, DETACH))
 DATA_SECTION = 0x75
