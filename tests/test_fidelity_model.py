@@ -436,3 +436,30 @@ def test_properties_over_32_kb_or_a_header_over_64_kb_are_refused() -> None:
         assert refused.value.code is ErrorCode.ARGUMENT_ERROR and not refused.value.transient
     ns.send(c, "q", Message(body=b"b", application_properties={"ok": "z" * 30_000}))
     assert ns.runtime_info("q")["active"] == 1
+
+
+@pytest.mark.clauses("SETTLE-SEND-009")
+def test_no_settlement_grows_a_stored_header_past_the_quota() -> None:
+    """Audit row OP-025 (HeaderSizeExceeded, a dead-letter reason no Microsoft page ties to an
+    operation): the header quota is checked when a message is sent, and no operation of the
+    model changes a stored message's properties afterwards, so a header at the quota stays at
+    it through abandons, deferral and dead-lettering (the reason and description are system
+    fields of the dead-lettered copy) and the model never dead-letters for HeaderSizeExceeded."""
+    from sbreference.message import HEADER_LIMIT, header_size
+
+    ns = Namespace()
+    ns.create_queue("q", max_delivery_count=2)
+    c = ns.connect()
+    props = {"a": "x" * 31_000, "b": "y" * 31_000}
+    ns.send(c, "q", Message(body=b"b", message_id="big", application_properties=props))
+    [first] = ns.receive(c, "q")
+    size = header_size(first.message)
+    assert HEADER_LIMIT - 4 * KB < size <= HEADER_LIMIT
+    ns.abandon(c, "q", first.lock_token)
+    [again] = ns.receive(c, "q")
+    ns.defer(c, "q", again.lock_token)
+    [back] = ns.receive_deferred(c, "q", [again.sequence_number])
+    ns.dead_letter(c, "q", back.lock_token, "r" * 1000, "d" * 4000)
+    [dead] = ns.peek("q/$DeadLetterQueue")
+    assert dead.dead_letter_reason == "r" * 1000 and dead.message.application_properties == props
+    assert header_size(dead.message) == size
