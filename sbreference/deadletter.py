@@ -23,14 +23,17 @@ class DeadLettering:
         lock_token: int,
         reason: str | None = None,
         description: str | None = None,
+        properties: dict | None = None,
     ) -> None:
-        """SETTLE-DLQ-002: moved to the dead-letter subqueue with reason and description."""
+        """SETTLE-DLQ-002: moved to the dead-letter subqueue with reason and description
+        (SETTLE-MOD-001: and with the application properties to modify set on it)."""
         if self.is_dead_letter:
             self.locked_message(now, holder, lock_token)
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION, "A message cannot be dead-lettered from the dead-letter queue."
             )
         msg = self.locked_message(now, holder, lock_token)
+        self._modify(msg, properties)
         self._unlock(msg)
         self._to_dead_letter(msg, now, reason, description)
 

@@ -17,9 +17,11 @@ from .operations import PEEK_LOCK
 class Deferral:
     """The deferral half of a ``MessageStore``."""
 
-    def defer(self, now: int, holder: int, lock_token: int) -> None:
-        """SETTLE-DEFR-001: set aside; receivable only by sequence number."""
+    def defer(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
+        """SETTLE-DEFR-001: set aside; receivable only by sequence number (SETTLE-MOD-001: with
+        the application properties to modify set on it)."""
         msg = self.locked_message(now, holder, lock_token)
+        self._modify(msg, properties)
         self._unlock(msg)
         self._set_deferred(msg)
 

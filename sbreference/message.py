@@ -127,6 +127,16 @@ def header_problem(message: Message) -> str | None:
     return None
 
 
+def with_properties_modified(message: Message, properties: Mapping[str, Any] | None) -> Message:
+    """SETTLE-MOD-001: the message as a settlement with properties to modify leaves it: those
+    application properties set (added or replaced), the others as they were. Their header
+    must stay within SETTLE-SEND-009's quota: if it would not, ``header_problem`` says why and
+    the caller refuses the settlement (our reading: the docs name no outcome; see OP-025)."""
+    if not properties:
+        return message
+    return message.with_changes(application_properties={**message.application_properties, **properties})
+
+
 class State(str, Enum):
     """Where a message copy stands. The first four are live states of a store."""
 
@@ -154,7 +164,9 @@ class StoredMessage:
     """The broker's record of one message copy in one store.
 
     The identity part (message, sequence number, enqueued time, expiry, dead-letter
-    information) never changes while the record lives; moving a message to the
+    information) never changes while the record lives, except the application properties a
+    settlement modifies (SETTLE-MOD-001: ``message`` is replaced; ``size`` stays the size
+    it was sent with, which the entity's quota counted); moving a message to the
     dead-letter subqueue makes a new record. The rest (state, delivery count, lock)
     is the settlement state machine's.
     """

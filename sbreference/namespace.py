@@ -209,20 +209,22 @@ class Namespace(Provisioning):
             store = self._taking_store(path)
         store.complete(self.clock.now, conn, lock_token)
 
-    def abandon(self, conn: int, path: str, lock_token: int) -> None:
-        self._taking_store(path).abandon(self.clock.now, conn, lock_token)
+    def abandon(self, conn: int, path: str, lock_token: int, properties: dict | None = None) -> None:
+        """SETTLE-ABAN-001; ``properties``: application properties to modify (SETTLE-MOD-001)."""
+        self._taking_store(path).abandon(self.clock.now, conn, lock_token, properties)
 
     def release(self, conn: int, path: str, lock_token: int) -> None:
         """The receiver returns a message unprocessed: no delivery is counted."""
         self._receiving_store(path).release(self.clock.now, conn, lock_token)
 
-    def defer(self, conn: int, path: str, lock_token: int) -> None:
-        self._taking_store(path).defer(self.clock.now, conn, lock_token)
+    def defer(self, conn: int, path: str, lock_token: int, properties: dict | None = None) -> None:
+        self._taking_store(path).defer(self.clock.now, conn, lock_token, properties)
 
     def dead_letter(
-        self, conn: int, path: str, lock_token: int, reason: str | None = None, description: str | None = None
+        self, conn: int, path: str, lock_token: int, reason: str | None = None, description: str | None = None,
+        properties: dict | None = None,
     ) -> None:
-        self._taking_store(path).dead_letter(self.clock.now, conn, lock_token, reason, description)
+        self._taking_store(path).dead_letter(self.clock.now, conn, lock_token, reason, description, properties)
 
     def renew_lock(self, conn: int, path: str, lock_token: int) -> int:
         return self._receiving_store(path).renew_lock(self.clock.now, conn, lock_token)

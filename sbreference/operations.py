@@ -5,7 +5,8 @@ trace operation (``complete``, ``abandon``, ``defer``, ``dead-letter``, ``renew-
 sbspec/trace-format.md). The same method name does it on every layer of ours: a
 ``MessageStore`` (``now, holder, lock_token``), a ``Namespace`` (``conn, path,
 lock_token``) and a target (``handle, message``); only dead-lettering takes a reason and
-a description (SETTLE-DLQ-001).
+a description (SETTLE-DLQ-001); abandon, defer and dead-letter take properties to modify
+(SETTLE-MOD-001).
 """
 
 from __future__ import annotations
@@ -27,10 +28,19 @@ SETTLEMENTS = {
 }
 
 
-def settle(on: Any, op: str, *args: Any, reason: str | None = None, description: str | None = None) -> Any:
+#: the settlements that take application properties to modify (SETTLE-MOD-001)
+MODIFYING = frozenset(("abandon", "defer", "dead-letter"))
+
+
+def settle(on: Any, op: str, *args: Any, reason: str | None = None, description: str | None = None,
+           properties: dict | None = None) -> Any:
     """Call settlement ``op`` on ``on`` (a store, a namespace or a target) with ``args``;
-    returns what it returns (a renewal: the new locked-until)."""
+    returns what it returns (a renewal: the new locked-until). ``properties``: application
+    properties to modify, for abandon, defer and dead-letter only (SETTLE-MOD-001)."""
     method = getattr(on, SETTLEMENTS[op])
+    if properties and op not in MODIFYING:
+        raise ValueError(f"{op} takes no properties to modify")
+    extra = {"properties": properties} if properties else {}
     if op == "dead-letter":
-        return method(*args, reason, description)
-    return method(*args)
+        return method(*args, reason, description, **extra)
+    return method(*args, **extra)

@@ -203,17 +203,18 @@ class PartitionedStore:
         else:
             self._by_token(lock_token).complete(now, holder, lock_token)
 
-    def abandon(self, now: int, holder: int, lock_token: int) -> None:
-        self._by_token(lock_token).abandon(now, holder, lock_token)
+    def abandon(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
+        self._by_token(lock_token).abandon(now, holder, lock_token, properties)
 
     def release(self, now: int, holder: int, lock_token: int) -> None:
         self._by_token(lock_token).release(now, holder, lock_token)
 
-    def defer(self, now: int, holder: int, lock_token: int) -> None:
-        self._by_token(lock_token).defer(now, holder, lock_token)
+    def defer(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
+        self._by_token(lock_token).defer(now, holder, lock_token, properties)
 
-    def dead_letter(self, now: int, holder: int, lock_token: int, reason: str | None = None, description: str | None = None) -> None:
-        self._by_token(lock_token).dead_letter(now, holder, lock_token, reason, description)
+    def dead_letter(self, now: int, holder: int, lock_token: int, reason: str | None = None, description: str | None = None,
+                    properties: dict | None = None) -> None:
+        self._by_token(lock_token).dead_letter(now, holder, lock_token, reason, description, properties)
 
     def renew_lock(self, now: int, holder: int, lock_token: int) -> int:
         return self._by_token(lock_token).renew_lock(now, holder, lock_token)

@@ -33,7 +33,8 @@ from .deadletter import DeadLettering
 from .deferral import Deferral
 from .errors import ErrorCode, ServiceBusError
 from .lanes import Lane
-from .message import ACTIVE, COMPLETED, LOCKED, MAX_DELIVERY_COUNT_EXCEEDED, Delivery, Message, State, StoredMessage
+from .message import (ACTIVE, COMPLETED, LOCKED, MAX_DELIVERY_COUNT_EXCEEDED, Delivery, Message, State, StoredMessage,
+                      header_problem, with_properties_modified)
 from .operations import PEEK_LOCK, RECEIVE_AND_DELETE  # noqa: F401 (re-exported: callers import the modes from here)
 from .sessions import Session, SessionLocks
 
@@ -340,10 +341,25 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         self._unlock(msg)
         self._remove(msg, COMPLETED, "completed")
 
-    def abandon(self, now: int, holder: int, lock_token: int) -> None:
-        """SETTLE-ABAN-001: released at once, as a failed delivery."""
+    def abandon(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
+        """SETTLE-ABAN-001: released at once, as a failed delivery; SETTLE-MOD-001: with the
+        application properties to modify set on it."""
         msg = self.locked_message(now, holder, lock_token)
+        self._modify(msg, properties)
         self._release(msg, now, failed=True)
+
+    @staticmethod
+    def _modify(msg: StoredMessage, properties: dict | None) -> None:
+        """SETTLE-MOD-001: a settlement's properties to modify, set on the locked message; a
+        header they would take past the quota (SETTLE-SEND-009) refuses the settlement,
+        before anything changes (the lock stays)."""
+        if not properties:
+            return
+        changed = with_properties_modified(msg.message, properties)
+        problem = header_problem(changed)
+        if problem is not None:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The properties to modify were refused: {problem}.", transient=False)
+        msg.message = changed
 
     def release(self, now: int, holder: int, lock_token: int) -> None:
         """The receiver hands back a message it never processed (an AMQP ``released``

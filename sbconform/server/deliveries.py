@@ -21,7 +21,7 @@ from sbreference.message import State, StoredMessage
 from ..amqp import codec
 from . import coordinator
 from . import values as v
-from .limits import Refused, check_message, plain
+from .limits import Refused, check_message, plain, properties_to_modify
 from .state import ConnState, Receiving
 from ..amqp.wire import BATCH_FORMAT, WireError, data_sections
 
@@ -130,20 +130,25 @@ class Deliveries:
             elif outcome == Delivery.RELEASED:
                 ns.release(state.model_conn, r.path, token)
             elif outcome == Delivery.MODIFIED:
+                # SETTLE-MOD-001: the modified outcome's message-annotations are the properties to modify
+                props = properties_to_modify(remote.annotations)
                 if remote.undeliverable:
-                    ns.defer(state.model_conn, r.path, token)
+                    ns.defer(state.model_conn, r.path, token, props)
                 else:
-                    ns.abandon(state.model_conn, r.path, token)
+                    ns.abandon(state.model_conn, r.path, token, props)
             elif outcome == Delivery.REJECTED:
                 cond = remote.condition
-                info = (cond.info if cond is not None else None) or {}
-                reason = info.get("DeadLetterReason", info.get(A("DeadLetterReason")))
-                desc = info.get("DeadLetterErrorDescription", info.get(A("DeadLetterErrorDescription")))
-                ns.dead_letter(state.model_conn, r.path, token, reason, desc)
+                info = dict((cond.info if cond is not None else None) or {})
+                reason = info.pop("DeadLetterReason", info.pop(A("DeadLetterReason"), None))
+                desc = info.pop("DeadLetterErrorDescription", info.pop(A("DeadLetterErrorDescription"), None))
+                # the rest of the error info: the properties to modify (SETTLE-MOD-001), as the .NET client sends them
+                ns.dead_letter(state.model_conn, r.path, token, reason, desc, properties_to_modify(info))
             else:
                 return  # not a terminal outcome yet
         except ServiceBusError as e:
             error = e
+        except Refused as e:  # properties to modify the broker could not write back
+            error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The properties to modify were refused: {e}", transient=False)
         self._answer(r, dlv, reply, remote, error)
 
     def _answer(self, r: Receiving, dlv: Delivery, reply: Any, remote: Any, error: ServiceBusError | None) -> None:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import struct
 import uuid
 from dataclasses import dataclass, fields
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
 from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
 
 from ..amqp.codec import Envelope
+from ..amqp.values import value as amqp_value
 
 MiB = 1024 * 1024
 
@@ -133,3 +136,27 @@ def plain(message: Any) -> bool:
         elif not _plain_value(value):
             return False
     return all(_plain_value(v) for v in message.application_properties.values())
+
+
+def properties_to_modify(raw: Any) -> dict[str, Any] | None:
+    """SETTLE-MOD-001: the application properties a settlement asks to modify, as the model
+    takes them (the modified outcome's message-annotations, the rejected outcome's error info,
+    update-disposition's ``properties-to-modify``: keys are symbols or strings on the wire).
+    Held to the same rules as a sent message's properties, and each value must be one the
+    broker can write back; anything else is ``Refused``."""
+    if not raw:
+        return None
+    if not isinstance(raw, Mapping):
+        raise Refused("properties-to-modify is not a map")
+    props = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            raise Refused(f"property to modify {key!r}: its name is not a string")
+        props[str(key)] = value
+    check_message(SimpleNamespace(application_properties=props))
+    for key, value in props.items():
+        try:
+            amqp_value(value)
+        except (TypeError, ValueError, OverflowError, struct.error) as error:
+            raise Refused(f"property to modify {key!r}: {error}") from None
+    return props

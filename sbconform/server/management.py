@@ -20,11 +20,11 @@ from proton import UNDESCRIBED, Array, Data, timestamp
 from sbreference import PEEK_LOCK, RECEIVE_AND_DELETE, ErrorCode, Namespace, ServiceBusError
 from sbreference import Message as ModelMessage
 from sbreference import paths
-from sbreference.operations import SETTLEMENTS, settle
+from sbreference.operations import MODIFYING, SETTLEMENTS, settle
 
 from ..amqp import codec
 from . import values as v
-from .limits import Limits
+from .limits import Limits, Refused, properties_to_modify
 from .rules import rule_operation
 from .state import WallClock
 
@@ -139,9 +139,22 @@ def update_disposition(q: Request) -> Answer:
     if tokens:
         kind = _disposition(q)
         reason, description = v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description"))
+        props = _properties_to_modify(q.body.get("properties-to-modify"), kind)
         for token in tokens:
-            settle(q.ns, kind, q.conn, q.path, token, reason=reason, description=description)
+            settle(q.ns, kind, q.conn, q.path, token, reason=reason, description=description, properties=props)
     return 200, {}, Changes(frozenset([q.key]))
+
+
+def _properties_to_modify(raw: Any, kind: str) -> dict | None:
+    """update-disposition's ``properties-to-modify`` (SETTLE-MOD-001), for abandon, defer and
+    dead-letter; refused as an argument error when the broker could not write them back."""
+    try:
+        props = properties_to_modify(raw)
+    except Refused as error:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The properties to modify were refused: {error}", transient=False) from None
+    if props and kind not in MODIFYING:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"properties-to-modify is not taken by a {kind}", transient=False)
+    return props
 
 
 def renew_session_lock(q: Request) -> Answer:
@@ -178,6 +191,9 @@ OPERATIONS: dict[str, Handler] = {
 # (TXN-OPS-001); any other operation cannot be part of a transaction.
 def transactional_disposition(q: Request) -> Answer:
     kind = _disposition(q)
+    if q.body.get("properties-to-modify"):  # refused, never dropped: the model's transactions take none
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, "properties-to-modify inside a transaction is not supported by "
+                              "this broker (sbconform serve)", transient=False)
     q.ns.transactions.settle_all(q.conn, q.txn, SETTLEMENTS[kind], q.path, q.tokens(),
                                  v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description")))
     return 200, {}, NOTHING

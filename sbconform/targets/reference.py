@@ -53,6 +53,7 @@ CAPABILITIES = frozenset(
         "auto-forward",
         "paired-namespaces",
         "rules",
+        "settle-with-properties",
     }
 )
 
@@ -276,14 +277,15 @@ class ReferenceTarget(Target):
     def complete(self, receiver: Handle, message: Received) -> None:
         self.namespace.complete(receiver.private, receiver.path, self._token(message))
 
-    def abandon(self, receiver: Handle, message: Received) -> None:
-        self.namespace.abandon(receiver.private, receiver.path, self._token(message))
+    def abandon(self, receiver: Handle, message: Received, properties: dict | None = None) -> None:
+        self.namespace.abandon(receiver.private, receiver.path, self._token(message), properties)
 
-    def defer(self, receiver: Handle, message: Received) -> None:
-        self.namespace.defer(receiver.private, receiver.path, self._token(message))
+    def defer(self, receiver: Handle, message: Received, properties: dict | None = None) -> None:
+        self.namespace.defer(receiver.private, receiver.path, self._token(message), properties)
 
-    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None) -> None:
-        self.namespace.dead_letter(receiver.private, receiver.path, self._token(message), reason, description)
+    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None,
+                    properties: dict | None = None) -> None:
+        self.namespace.dead_letter(receiver.private, receiver.path, self._token(message), reason, description, properties)
 
     def renew_lock(self, receiver: Handle, message: Received) -> int:
         return self.namespace.renew_lock(receiver.private, receiver.path, self._token(message))

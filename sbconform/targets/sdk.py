@@ -428,13 +428,19 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
     def complete(self, receiver: Handle, message: Received) -> None:
         self._call(receiver.private.complete_message, self._raw(message))
 
-    def abandon(self, receiver: Handle, message: Received) -> None:
-        self._call(receiver.private.abandon_message, self._raw(message))
+    # with properties to modify, these three go through the management node (``_modify``, SETTLE-MOD-001)
+    def abandon(self, receiver: Handle, message: Received, properties: dict | None = None) -> None:
+        return self._modify(receiver, message, "abandoned", properties) if properties else self._call(
+            receiver.private.abandon_message, self._raw(message))
 
-    def defer(self, receiver: Handle, message: Received) -> None:
-        self._call(receiver.private.defer_message, self._raw(message))
+    def defer(self, receiver: Handle, message: Received, properties: dict | None = None) -> None:
+        return self._modify(receiver, message, "defered", properties) if properties else self._call(
+            receiver.private.defer_message, self._raw(message))
 
-    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None) -> None:
+    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None,
+                    properties: dict | None = None) -> None:
+        if properties:
+            return self._modify(receiver, message, "suspended", properties, reason, description)
         self._call(receiver.private.dead_letter_message, self._raw(message), reason=reason, error_description=description)
 
     def renew_lock(self, receiver: Handle, message: Received) -> int:

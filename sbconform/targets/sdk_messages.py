@@ -5,6 +5,7 @@ made with python-qpid-proton on the same endpoint (split out of ``sdk.py``, beha
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any, Sequence
 
 from sbreference import Message, ServiceBusError
@@ -90,6 +91,24 @@ class MessagesMixin:
         finally:
             client.close()
         return [[None] * len(messages) for _, messages in sends]
+
+    def _modify(self, receiver: Handle, message: Received, status: str, properties: dict,
+                reason: str | None = None, description: str | None = None) -> None:
+        """SETTLE-MOD-001: the Python SDK settles with no properties to modify, so these go as the
+        entity's update-disposition request (``properties-to-modify``; the request-response
+        operations of Service Bus's AMQP management) through the kit's proton client, by lock
+        token (a lock belongs to the entity: SETTLE-LOCK-011)."""
+        body: dict = {"disposition-status": status, "lock-tokens": [uuid.UUID(str(message.lock_token))],
+                      "properties-to-modify": dict(properties)}
+        if reason is not None:
+            body["deadletter-reason"] = reason
+        if description is not None:
+            body["deadletter-description"] = description
+        client = self.transaction_client()
+        try:
+            client.management(receiver.path, "com.microsoft:update-disposition", body)
+        finally:
+            client.close()
 
     def send_presettled(self, sender: Handle, messages: Sequence[Message]) -> None:
         """SETTLE-SEND-004 is about "a low-level AMQP client": the SDK has no pre-settled send, so

@@ -31,6 +31,7 @@ CAPABILITIES = frozenset(
         "presettled-send",
         "transactions",
         "rules",
+        "settle-with-properties",
     }
 )
 

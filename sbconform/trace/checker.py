@@ -20,7 +20,7 @@ from sbreference.clock import NEVER, TIMESPAN_MAX
 from sbreference.entity import PING_CONTENT_TYPE, effective_time_to_live
 from sbreference.errors import ErrorCode, ServiceBusError
 from sbreference.message import Message, State, StoredMessage
-from sbreference.operations import settle
+from sbreference.operations import MODIFYING, settle
 from sbreference.paths import DEAD_LETTER_SUFFIX, entity_key
 from sbreference.partitioning import partition_key, partition_of
 from sbreference.store import PEEK_LOCK, MessageStore
@@ -369,8 +369,8 @@ class PieceModel:
         op = inv[OP]
         try:
             if op != "renew-lock":
-                args = self._args(inv) if op == "dead-letter" else {}
-                settle(store, op, now, holder, token, reason=args.get("reason"), description=args.get("description"))
+                a = self._args(inv) if op in MODIFYING else {}
+                settle(store, op, now, holder, token, reason=a.get("reason"), description=a.get("description"), properties=a.get("properties"))
             else:
                 until = store.renew_lock(now, holder, token)
                 self.locks[lock] = (p, dead_letter, token, seq, until)

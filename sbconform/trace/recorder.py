@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from sbreference import Message, ServiceBusError
 
 from ..targets.base import PEEK_LOCK, Handle, Received, Target, TargetWrapper
+from ..targets.wrapper import _props
 from .events import (  # noqa: F401  (importable from here, as before)
     ADMIN,
     TestTrace,
@@ -452,15 +453,19 @@ class RecordingTarget(TargetWrapper):
     def complete(self, receiver: Handle, message: Received) -> None:
         self._settle("complete", receiver, message, lambda: self.inner.complete(receiver, message))
 
-    def abandon(self, receiver: Handle, message: Received) -> None:
-        self._settle("abandon", receiver, message, lambda: self.inner.abandon(receiver, message))
+    def abandon(self, receiver: Handle, message: Received, properties: dict | None = None) -> None:
+        self._settle("abandon", receiver, message, lambda: self.inner.abandon(receiver, message, **_props(properties)),
+                     _props(properties))
 
-    def defer(self, receiver: Handle, message: Received) -> None:
-        self._settle("defer", receiver, message, lambda: self.inner.defer(receiver, message))
+    def defer(self, receiver: Handle, message: Received, properties: dict | None = None) -> None:
+        self._settle("defer", receiver, message, lambda: self.inner.defer(receiver, message, **_props(properties)),
+                     _props(properties))
 
-    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None) -> None:
-        self._settle("dead-letter", receiver, message, lambda: self.inner.dead_letter(receiver, message, reason, description),
-                     {"reason": reason, "description": description})
+    def dead_letter(self, receiver: Handle, message: Received, reason: str | None = None, description: str | None = None,
+                    properties: dict | None = None) -> None:
+        self._settle("dead-letter", receiver, message,
+                     lambda: self.inner.dead_letter(receiver, message, reason, description, **_props(properties)),
+                     {"reason": reason, "description": description, **_props(properties)})
 
     def renew_lock(self, receiver: Handle, message: Received) -> int:
         fields = settled_fields(message)

@@ -464,3 +464,18 @@ def session_state_is(world: World, r: str, state: str | None) -> None:
     world.require_no_pending_error()
     expected = state.encode() if state is not None else None
     assert seen == expected, f"session state is {seen!r}, expected {expected!r}"
+
+
+# ------------------------------------------------------- properties to modify (SETTLE-MOD-001)
+@step(r'receiver "(?P<r>[^"]+)" (?P<op>abandons|defers|dead-letters) "(?P<mid>[^"]+)" setting propert(?:y|ies) (?P<props>.+)')
+def settle_modifying(world: World, r: str, op: str, mid: str, props: str) -> None:
+    from .rules import pairs
+
+    world.settle(r, op, world.message(r, mid), properties=pairs(props))
+
+
+@step(r'receiver "(?P<r>[^"]+)" holds "(?P<mid>[^"]+)" with (?P<checks>(?:no )?property .+)')
+def held_with(world: World, r: str, mid: str, checks: str) -> None:
+    from .rules import check_properties
+
+    check_properties(world.message(r, mid), checks)

@@ -201,7 +201,11 @@ def copy_has(world: World, mid: str, entity: str, rule: str | None, checks: str)
         f"{len(chosen)} copies of {mid!r} in {entity!r} with rule name {rule!r}; "
         f"rule names seen: {[m.application_properties.get(RULE_NAME_PROPERTY) for m in copies]}"
     )
-    copy = chosen[0]
+    check_properties(chosen[0], checks)
+
+
+def check_properties(copy: Any, checks: str) -> None:
+    """'property "a" = 1 and no property "b" and label "x"' checked on a received or peeked message."""
     props = dict(copy.application_properties)
     for part in re.split(r",\s*|\s+and\s+(?=[a-z])", checks.strip()):
         for pattern, kind in _CHECKS:

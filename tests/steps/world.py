@@ -210,17 +210,21 @@ class World:
         129 characters"): such a message is only ever refused, never looked up by name."""
         return Message(**{"body": message_id.encode(), "message_id": message_id, **attributes})
 
-    def settle(self, receiver: str, op: str, message: Received, reason: str | None = None, description: str | None = None) -> None:
+    def settle(self, receiver: str, op: str, message: Received, reason: str | None = None, description: str | None = None,
+               properties: dict | None = None) -> None:
+        """``properties``: application properties to modify (SETTLE-MOD-001), for abandon, defer
+        and dead-letter; passed only when given."""
         handle = self.receiver(receiver)
         t = self.target
+        extra = {"properties": properties} if properties else {}
         if op == "completes":
             self.attempt(t.complete, handle, message)
         elif op == "abandons":
-            self.attempt(t.abandon, handle, message)
+            self.attempt(t.abandon, handle, message, **extra)
         elif op == "defers":
-            self.attempt(t.defer, handle, message)
+            self.attempt(t.defer, handle, message, **extra)
         elif op == "dead-letters":
-            self.attempt(t.dead_letter, handle, message, reason, description)
+            self.attempt(t.dead_letter, handle, message, reason, description, **extra)
         elif op == "renews the lock on":
             renewed_at = t.now()
             until = self.attempt(t.renew_lock, handle, message)
