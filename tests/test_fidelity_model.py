@@ -441,10 +441,11 @@ def test_properties_over_32_kb_or_a_header_over_64_kb_are_refused() -> None:
 @pytest.mark.clauses("SETTLE-SEND-009")
 def test_no_settlement_grows_a_stored_header_past_the_quota() -> None:
     """Audit row OP-025 (HeaderSizeExceeded, a dead-letter reason no Microsoft page ties to an
-    operation): the header quota is checked when a message is sent, and no operation of the
-    model changes a stored message's properties afterwards, so a header at the quota stays at
-    it through abandons, deferral and dead-lettering (the reason and description are system
-    fields of the dead-lettered copy) and the model never dead-letters for HeaderSizeExceeded."""
+    operation): the header quota is checked when a message is sent and when a settlement's
+    properties to modify would grow it (SETTLE-MOD-001: refused, the lock stays), so a header at
+    the quota stays within it through abandons, deferral and dead-lettering (the reason and
+    description are system fields of the dead-lettered copy) and the model never dead-letters
+    for HeaderSizeExceeded."""
     from sbreference.message import HEADER_LIMIT, header_size
 
     ns = Namespace()
@@ -455,7 +456,9 @@ def test_no_settlement_grows_a_stored_header_past_the_quota() -> None:
     [first] = ns.receive(c, "q")
     size = header_size(first.message)
     assert HEADER_LIMIT - 4 * KB < size <= HEADER_LIMIT
-    ns.abandon(c, "q", first.lock_token)
+    refused = fails(ErrorCode.ARGUMENT_ERROR, ns.abandon, c, "q", first.lock_token, {"c": "z" * 4000})
+    assert "header" in str(refused)
+    ns.abandon(c, "q", first.lock_token)  # the refusal left the lock in place
     [again] = ns.receive(c, "q")
     ns.defer(c, "q", again.lock_token)
     [back] = ns.receive_deferred(c, "q", [again.sequence_number])

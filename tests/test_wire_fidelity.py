@@ -22,7 +22,7 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue  # noqa: E402
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader  # noqa: E402
 from proton import (  # noqa: E402
-    Array, Data, Delivery, Described, Message, byte, char, decimal32, decimal64, decimal128, int32, short, symbol, timestamp, ubyte, uint,
+    Array, Condition, Data, Delivery, Described, Message, byte, char, decimal32, decimal64, decimal128, int32, short, symbol, timestamp, ubyte, uint,
     ulong, ushort,
 )
 from proton.reactor import AtLeastOnce  # noqa: E402
@@ -665,3 +665,76 @@ def test_the_sdk_target_sends_a_message_without_id_as_the_scenario_wrote_it() ->
     target = SdkTarget.__new__(SdkTarget)  # only the message mapping is used: no connection
     assert target._sdk_message(Message(body=b"x")).message_id is None
     assert target._sdk_message(Message(body=b"x", message_id="m")).message_id == "m"
+
+
+@pytest.mark.clauses("SETTLE-MOD-001")
+def test_properties_to_modify_on_the_link_as_the_dotnet_client_sends_them(server, raw: RawClient) -> None:
+    """SETTLE-MOD-001 on the wire: an abandon (modified outcome) carries the properties to modify
+    in its message-annotations; the message comes back with them set, the others as sent. A value
+    the broker could not write back is refused, and the lock stays: update-disposition by lock
+    token then dead-letters it with its own properties-to-modify, and the dead-letter queue's copy
+    has them all."""
+    server.call_soon(lambda: server.namespace.create_queue("modq", lock_duration=30_000))
+    time.sleep(0.2)
+    m = Message(body=b"x", inferred=True, properties={"stage": "new", "kind": "order"})
+    m.id = "mod-1"
+    raw.send("modq", m)
+    raw.authorize("modq")
+    fetcher = RawFetcher(raw.conn, 5)
+    link = raw.conn.container.create_receiver(raw.conn.conn, "modq", handler=fetcher)
+    receiver = BlockingReceiver(raw.conn, link, fetcher, credit=5)
+
+    def settle(state, wanted) -> None:
+        dlv = fetcher.unsettled[-1]
+        state(dlv)
+        raw.conn.wait(lambda: dlv.remote_state == wanted, timeout=10, msg="no outcome for the disposition")
+
+    receiver.receive(timeout=10)
+
+    def abandon(dlv) -> None:
+        dlv.local.failed = True
+        dlv.local.annotations = {symbol("stage"): "retried", symbol("attempt"): ulong(2)}
+        dlv.update(Delivery.MODIFIED)
+
+    settle(abandon, Delivery.MODIFIED)
+    again, _ = receiver.receive(timeout=10)
+    assert again.properties == {"stage": "retried", "kind": "order", "attempt": 2}
+    assert type(again.properties["attempt"]) is int  # proton's ulong is an int; the broker writes a long
+
+    def unwritable(dlv) -> None:
+        dlv.local.failed = True
+        dlv.local.annotations = {symbol("bad"): [1, 2]}  # a list: not a simple value (AMQP 1.0 3.2.5)
+        dlv.update(Delivery.MODIFIED)
+
+    settle(unwritable, Delivery.REJECTED)
+    assert str(fetcher.unsettled[-1].remote.condition.name) == "com.microsoft:argument-error"
+
+    # the refusal settled that delivery, but the lock stayed: the dead-letter goes by lock token
+    token = uuid.UUID(bytes_le=_raw_tag(fetcher.unsettled[-1]))
+    answer = _request(raw, "modq", "com.microsoft:update-disposition", {
+        "disposition-status": "suspended", "lock-tokens": Array(0, Data.UUID, token), "deadletter-reason": "bad",
+        "deadletter-description": "why", "properties-to-modify": {"stage": "dead"}})
+    assert answer["statusCode"] == 200, answer
+    # a dead-letter on the link (rejected outcome): the properties ride in the error info beside the reason
+    second = Message(body=b"y", inferred=True, properties={"kind": "refund"})
+    second.id = "mod-2"
+    raw.send("modq", second)
+    receiver.receive(timeout=10)
+
+    def dead_letter(dlv) -> None:
+        dlv.local.condition = Condition("com.microsoft:dead-letter", None, {
+            symbol("DeadLetterReason"): "worse", symbol("DeadLetterErrorDescription"): "because", symbol("stage"): "gone"})
+        dlv.update(Delivery.REJECTED)
+
+    settle(dead_letter, Delivery.REJECTED)
+    assert fetcher.unsettled[-1].remote.condition is None
+    receiver.close()
+    raw.authorize("modq/$DeadLetterQueue")
+    dlq_fetcher = RawFetcher(raw.conn, 2)
+    dlq_link = raw.conn.container.create_receiver(raw.conn.conn, "modq/$DeadLetterQueue", handler=dlq_fetcher)
+    dlq = BlockingReceiver(raw.conn, dlq_link, dlq_fetcher, credit=2)
+    (dead, _), (gone, _) = dlq.receive(timeout=10), dlq.receive(timeout=10)
+    assert dead.properties == {"stage": "dead", "kind": "order", "attempt": 2, "DeadLetterReason": "bad",
+                               "DeadLetterErrorDescription": "why"}, dead.properties
+    assert gone.properties == {"kind": "refund", "stage": "gone", "DeadLetterReason": "worse",
+                               "DeadLetterErrorDescription": "because"}, gone.properties
