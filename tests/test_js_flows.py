@@ -26,7 +26,7 @@ from serve_support import connection_string
 JS = Path(__file__).resolve().parents[1] / "clients" / "js"
 
 QUEUES = {
-    "js-send": {}, "js-batch": {}, "js-schedule": {}, "js-rad": {}, "js-settle": {}, "js-defer": {},
+    "js-send": {}, "js-batch": {}, "js-schedule": {}, "js-rad": {}, "js-settle": {}, "js-defer": {}, "js-modify": {},
     "js-renew": {"LockDuration": "PT5S"}, "js-sessions": {"RequiresSession": True},
     "js-empty-sessions": {"RequiresSession": True}, "js-dup": {"RequiresDuplicateDetection": True}, "js-errors": {},
 }

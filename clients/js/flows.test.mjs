@@ -102,6 +102,31 @@ test("abandon counts a delivery, dead-letter moves to the dead-letter queue", as
   await sender.close();
 });
 
+test("abandon, defer and dead-letter with properties to modify (SETTLE-MOD-001)", async () => {
+  const sender = client.createSender("js-modify");
+  await sender.sendMessages({ body: "p", messageId: "p1", applicationProperties: { stage: "new", kind: "order" } });
+  const receiver = client.createReceiver("js-modify");
+  let [m] = await receiveAll(receiver, 1);
+  await receiver.abandonMessage(m, { stage: "retried", attempt: 1 });
+  [m] = await receiveAll(receiver, 1);
+  assert.deepEqual(m.applicationProperties, { stage: "retried", kind: "order", attempt: 1 });
+  const seq = m.sequenceNumber;
+  await receiver.deferMessage(m, { stage: "deferred" });
+  const [again] = await receiver.receiveDeferredMessages(seq);
+  assert.equal(again.applicationProperties.stage, "deferred");
+  await receiver.deadLetterMessage(again, { deadLetterReason: "why", deadLetterErrorDescription: "because", stage: "dead" });
+  const dlq = client.createReceiver("js-modify", { subQueueType: "deadLetter" });
+  const [d] = await receiveAll(dlq, 1);
+  assert.equal(d.deadLetterReason, "why");
+  assert.equal(d.applicationProperties.stage, "dead");
+  assert.equal(d.applicationProperties.kind, "order");
+  assert.equal(d.applicationProperties.attempt, 1);
+  await dlq.completeMessage(d);
+  await dlq.close();
+  await receiver.close();
+  await sender.close();
+});
+
 test("defer, then receive deferred by sequence number and complete", async () => {
   const sender = client.createSender("js-defer");
   await sender.sendMessages({ body: "later", messageId: "d1" });
