@@ -58,6 +58,7 @@ def test_javascript_sdk_flow_through_the_proxy_replays_valid(tmp_path):
     seen, out, proxy = _run(tmp_path, "everyday")
     assert seen["first"] == ["j1", "j2", "j3", "j4", "j5"]
     assert seen["again"] == [["j2", 1]] and seen["deferred"] == ["j3"] and seen["dead"] == [["j4", "bad"]]
+    assert seen["stage"] == ["retried"]  # abandoned with a property to modify (SETTLE-MOD-001), relayed unchanged
     assert seen["session"] == ["js1", "js2"] and seen["state"] == "state-1"
     events = events_of(out)
     ops = {(e["op"], e["phase"]) for e in events}
@@ -66,6 +67,9 @@ def test_javascript_sdk_flow_through_the_proxy_replays_valid(tmp_path):
                      ("set-session-state", "ok"), ("get-session-state", "ok"), ("renew-session-lock", "ok")]:
         assert expected in ops, expected
     assert proxy.proxy.stats.interpreter_errors == 0, proxy.proxy.stats.errors
+    abandons = [e for e in events if e["op"] == "abandon" and e["phase"] == "invoke"]
+    assert any((json.loads(e["args"]) if isinstance(e.get("args"), str) else e.get("args") or {}).get("properties") == {"stage": "retried"}
+               for e in abandons), abandons  # recorded with its properties to modify
     result = replay(out)
     assert result["summary"]["violations"] == 0 and result["summary"]["unknown"] == 0, result["results"]
 

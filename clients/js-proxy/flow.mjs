@@ -35,12 +35,13 @@ async function everyday() {
   const by = Object.fromEntries(got.map((m) => [m.messageId, m]));
   await receiver.renewMessageLock(by.j1);
   await receiver.completeMessage(by.j1);
-  await receiver.abandonMessage(by.j2);
+  await receiver.abandonMessage(by.j2, { stage: "retried" });  // properties to modify (SETTLE-MOD-001)
   await receiver.deferMessage(by.j3);
   await receiver.deadLetterMessage(by.j4, { deadLetterReason: "bad", deadLetterErrorDescription: "js flow" });
   await receiver.completeMessage(by.j5);
   const again = await receiveN(receiver, 1);
   seen.again = again.map((m) => [m.messageId, m.deliveryCount]);
+  seen.stage = again.map((m) => m.applicationProperties?.stage);
   for (const m of again) await receiver.completeMessage(m);
   const deferred = await receiver.receiveDeferredMessages([by.j3.sequenceNumber]);
   seen.deferred = deferred.map((m) => m.messageId);

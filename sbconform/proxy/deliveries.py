@@ -12,7 +12,7 @@ from ..amqp.values import Described
 from .frames import DISPOSITION, Frame, with_payload
 from .frames import field as fld
 from .links import Link, Sess
-from .messages import (ACCEPTED, BATCH_FORMAT, MAX_UNSETTLED, MODIFIED, REJECTED, RELEASED, _str,
+from .messages import (ACCEPTED, BATCH_FORMAT, MAX_UNSETTLED, MODIFIED, REJECTED, RELEASED, _jsonable, _str,
                        condition_code, data_sections, read_message, state_code)
 from .recording import HeldSend, LockInfo
 
@@ -122,7 +122,13 @@ class Deliveries:
             info = {}
             if isinstance(err, Described) and isinstance(err.value, list):
                 info = {str(k): v for k, v in (fld(err.value, 2) or {}).items()}
-            args = {"reason": _str(info.get("DeadLetterReason")), "description": _str(info.get("DeadLetterErrorDescription"))}
+            args = {"reason": _str(info.pop("DeadLetterReason", None)), "description": _str(info.pop("DeadLetterErrorDescription", None))}
+            if info:  # the rest of the error info: properties to modify (SETTLE-MOD-001)
+                args["properties"] = {k: _jsonable(v) for k, v in info.items()}
+        elif op_name in ("abandon", "defer"):
+            annotations = fld(state.value if isinstance(state.value, list) else [], 2)
+            if isinstance(annotations, dict) and annotations:  # the modified outcome's: properties to modify
+                args = {"properties": {str(k): _jsonable(v) for k, v in annotations.items()}}
         for did in range(first, min(last, first + 10_000) + 1):
             dlv = s.in_dlv.get(did)
             if dlv is None or dlv.get("lock") is None:

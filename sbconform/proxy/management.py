@@ -51,6 +51,9 @@ class Management:
             args = None
             if op_name == "dead-letter":
                 args = {"reason": _str(body.get("deadletter-reason")), "description": _str(body.get("deadletter-description"))}
+            modify = body.get("properties-to-modify")
+            if isinstance(modify, dict) and modify and op_name in ("abandon", "defer", "dead-letter"):  # SETTLE-MOD-001
+                args = {**(args or {}), "properties": {str(k): _jsonable(v) for k, v in modify.items()}}
             for token in list(body.get("lock-tokens") or [])[:10_000]:
                 lock = str(token if isinstance(token, uuid.UUID) else uuid.UUID(bytes=bytes(token)) if isinstance(token, (bytes, bytearray)) else token)
                 info = self.rec.locks.get(lock)

@@ -64,8 +64,8 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
     capabilities = CAPABILITIES
     lacking: Mapping[str, str] = LACKING
     empty_wait = 1000
-    #: how far apart the client's and the broker's clocks (and one call's latency) may be
-    clock_tolerance = 300
+    clock_tolerance = 300  # how far apart the client's and the broker's clocks (and one call's latency) may be
+    clock_runs_in_real_time = True  # with time=virtual too: moved on, and running between moves
 
     def __init__(
         self,

@@ -118,11 +118,13 @@ class Pairing:
 
     def slack(self) -> int:
         """How late an action may be observed against the instant it was due. Exact on a
-        virtual clock; on a real-time target, the clock tolerance plus the time one refused
-        operation takes through the SDK (a failed attach or send: up to about a second), since
-        actions due at one instant are carried out one after the other."""
+        purely virtual clock (the model's); on a target whose clock also runs in real time (a
+        real-time target, or an endpoint whose clock is moved on as well: the SDK target with
+        time=virtual), the clock tolerance plus the time one refused operation takes through
+        the SDK (a failed attach or send: up to about a second), since actions due at one
+        instant are carried out one after the other, each taking real time."""
         target = unwrap_recording(unwrap(self.raw_primary))
-        if "virtual-time" in target.capabilities:
+        if "virtual-time" in target.capabilities and not getattr(target, "clock_runs_in_real_time", False):
             return 0
         return int(getattr(target, "clock_tolerance", 0)) + REFUSED_OPERATION_MS
 
