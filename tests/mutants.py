@@ -62,17 +62,17 @@ class OnlyHolderSettles(Mutant):
         self._refuse_others(receiver, message)
         super().complete(receiver, message)
 
-    def abandon(self, receiver, message):
+    def abandon(self, receiver, message, properties=None):
         self._refuse_others(receiver, message)
-        super().abandon(receiver, message)
+        super().abandon(receiver, message, properties)
 
-    def defer(self, receiver, message):
+    def defer(self, receiver, message, properties=None):
         self._refuse_others(receiver, message)
-        super().defer(receiver, message)
+        super().defer(receiver, message, properties)
 
-    def dead_letter(self, receiver, message, reason=None, description=None):
+    def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
         self._refuse_others(receiver, message)
-        super().dead_letter(receiver, message, reason, description)
+        super().dead_letter(receiver, message, reason, description, properties)
 
     def renew_lock(self, receiver, message):
         self._refuse_others(receiver, message)
@@ -97,7 +97,7 @@ class DeferLosesMessage(Mutant):
 
     name = "mutant-defer-loses"
 
-    def defer(self, receiver, message):
+    def defer(self, receiver, message, properties=None):
         self.namespace.complete(receiver.private, receiver.path, self._token(message))
 
 
@@ -106,8 +106,23 @@ class AbandonWaitsForExpiry(Mutant):
 
     name = "mutant-abandon-waits"
 
-    def abandon(self, receiver, message):
+    def abandon(self, receiver, message, properties=None):
         self._token(message)
+
+
+class IgnoresPropertiesToModify(Mutant):
+    """Settles as asked but drops the properties to modify (SETTLE-MOD-001)."""
+
+    name = "mutant-ignores-properties-to-modify"
+
+    def abandon(self, receiver, message, properties=None):
+        super().abandon(receiver, message)
+
+    def defer(self, receiver, message, properties=None):
+        super().defer(receiver, message)
+
+    def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
+        super().dead_letter(receiver, message, reason, description)
 
 
 class IgnoresPartitionKey(Mutant):
@@ -190,5 +205,8 @@ class TwoValuedSqlLogic(Mutant):
 #: Mutants of subscription rules (tests/test_rules_config.py runs the rules features against them).
 RULES_MUTANTS = [RuleActionsIgnored, TwoValuedSqlLogic]
 
-for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS:
+#: caught by scenarios only (the differential machine settles without properties to modify)
+SCENARIO_MUTANTS = [IgnoresPropertiesToModify]
+
+for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS:
     register(_mutant.name, lambda _cls=_mutant, **options: _cls())

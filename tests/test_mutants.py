@@ -29,6 +29,7 @@ SCENARIO_FOR = {
     "mutant-defer-loses": "any_receiver_can_take_a_deferred_message",
     "mutant-abandon-waits": "abandon_makes_the_message_available_at_once",
     "mutant-ignores-partition-key": "messages_with_one_partition_key_share_a_partition",
+    "mutant-ignores-properties-to-modify": "set_the_properties_to_modify",
 }
 
 

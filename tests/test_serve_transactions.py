@@ -206,3 +206,23 @@ def test_a_control_message_the_coordinator_fails_on_is_rejected_with_the_info_ma
     assert dlv.local.condition.name == "amqp:decode-error"
     info = dlv.local.condition.info
     assert info and "com.microsoft:tracking-id" in {str(k) for k in info}, dlv.local.condition
+
+
+@pytest.mark.clauses("SETTLE-MOD-001")
+def test_properties_to_modify_inside_a_transaction_are_refused_not_dropped() -> None:
+    """A transactional disposition whose outcome carries properties to modify (the modified
+    outcome's annotations, the rejected outcome's info beyond the reason) is refused: the
+    model's transactions take none, and dropping them would lose what the client asked."""
+    from proton import Described, symbol
+
+    from sbconform.server.coordinator import MODIFIED, REJECTED, settlement_of
+
+    assert settlement_of(Described(MODIFIED, [True, False, None])) == ("abandon", None, None)
+    with pytest.raises(ServiceBusError) as refused:
+        settlement_of(Described(MODIFIED, [True, False, {symbol("stage"): "retried"}]))
+    assert refused.value.code is ErrorCode.ARGUMENT_ERROR
+    error = Described(0x1D, [symbol("com.microsoft:dead-letter"), None, {symbol("DeadLetterReason"): "r", symbol("stage"): "x"}])
+    with pytest.raises(ServiceBusError):
+        settlement_of(Described(REJECTED, [error]))
+    plain = Described(0x1D, [symbol("com.microsoft:dead-letter"), None, {symbol("DeadLetterReason"): "r"}])
+    assert settlement_of(Described(REJECTED, [plain])) == ("dead_letter", "r", None)

@@ -400,7 +400,7 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
         extra[DEAD_LETTER_REASON] = d.dead_letter_reason
     if d.dead_letter_description is not None:
         extra[DEAD_LETTER_ERROR_DESCRIPTION] = d.dead_letter_description
-    changed = env.application_values is not None and m.application_properties != env.application_values
+    changed = env.application_values is not None and _changed(env.application_values, m.application_properties)
     if env.application_section and not extra and not changed:
         out.append(env.application_section)
     elif env.application is not None or extra or m.application_properties:
@@ -429,7 +429,17 @@ def _data_prefix(n: int) -> bytes:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def _changed(before: dict, now: dict) -> bool:
+    """Application properties changed since they were decoded: a key added or removed, or a
+    value changed in value or only in type (``True`` for ``1``: SETTLE-MOD-001, RULES-ACT-*)."""
+    if now is before:
+        return False
+    if now != before:
+        return True
+    return any(not _same(before[key], value) for key, value in now.items())
 
 
 def _model_text(index: int, value: Any) -> Any:

@@ -322,10 +322,37 @@ def map_(encoded: list[bytes]) -> bytes:
     return compound(0xC1, 0xD1, encoded)
 
 
+#: python-qpid-proton's typed values (subclasses of int, float, str, bytes), by class name: the
+#: AMQP encoding each stands for, so a value a client sent through proton keeps its type when
+#: the broker writes it again (SETTLE-MOD-001's properties to modify). The codec does not import
+#: proton: the classes are recognised by name and module.
+_PROTON_TYPED = {
+    "symbol": lambda v: symbol(str(v)),
+    "char": lambda v: b"\x73" + struct.pack(">I", ord(v)),
+    "timestamp": lambda v: b"\x83" + struct.pack(">q", int(v)),
+    "ulong": lambda v: b"\x80" + struct.pack(">Q", int(v)),
+    "uint": lambda v: b"\x70" + struct.pack(">I", int(v)),
+    "ushort": lambda v: b"\x60" + struct.pack(">H", int(v)),
+    "ubyte": lambda v: b"\x50" + struct.pack(">B", int(v)),
+    "byte": lambda v: b"\x51" + struct.pack(">b", int(v)),
+    "short": lambda v: b"\x61" + struct.pack(">h", int(v)),
+    "int32": lambda v: b"\x71" + struct.pack(">i", int(v)),
+    "float32": lambda v: b"\x72" + struct.pack(">f", float(v)),
+    "decimal32": lambda v: b"\x74" + struct.pack(">I", int(v)),
+    "decimal64": lambda v: b"\x84" + struct.pack(">Q", int(v)),
+    "decimal128": lambda v: b"\x94" + bytes(v)[:16].ljust(16, b"\x00"),
+    "Described": lambda v: b"\x00" + value(v.descriptor) + value(v.value),
+}
+
+
 def value(v: Any) -> bytes:
-    """A Python value the broker writes (strings as AMQP strings, ints as longs)."""
+    """A Python value the broker writes (strings as AMQP strings, ints as longs; proton's
+    typed values as their AMQP type)."""
     if v is None:
         return null()
+    kind = type(v)
+    if kind.__module__.startswith("proton") and kind.__name__ in _PROTON_TYPED:
+        return _PROTON_TYPED[kind.__name__](v)
     if isinstance(v, bool):
         return boolean(v)
     if isinstance(v, Symbol):

@@ -60,6 +60,8 @@ class Deliveries:
             self._management_request(link, d)
         elif link.kind == "entity" and link.client_is_sender:
             self._send(link, s, d)
+        elif link.kind == "coordinator":  # recorded as not interpreted, never dropped silently
+            self.unrecognised(frame, "transaction control (declare or discharge): transactions are not interpreted", link)
         return None
 
     def _send(self, link: Link, s: Sess, d: dict) -> None:
@@ -114,7 +116,8 @@ class Deliveries:
         elif code == MODIFIED:
             values = state.value if isinstance(state.value, list) else []
             op_name = "defer" if fld(values, 1, False) else "abandon"
-        else:
+        else:  # a transactional (or unknown) outcome: said, never dropped silently
+            self.unrecognised(frame, "a settlement with a transactional or unknown outcome: not interpreted")
             return
         args = None
         if op_name == "dead-letter":

@@ -65,6 +65,9 @@ class Links:
         client_is_sender = not bool(fld(fields, 2, False))
         terminus = fld(fields, 6) if client_is_sender else fld(fields, 5)
         address = ""
+        if isinstance(terminus, Described) and _is_coordinator(terminus.descriptor):
+            # a transaction coordinator (AMQP 1.0 part 4, 4.5.1: its target names no node)
+            return Link(name, client_is_sender, "", "", "coordinator")
         if isinstance(terminus, Described) and isinstance(terminus.value, list) and terminus.value:
             address = str(terminus.value[0] or "")
         path = entity_path(address)
@@ -203,3 +206,8 @@ class Links:
         elif link.close_op is not None:
             op, link.close_op = link.close_op, None
             self.ev(link.client, op, "close", "ok", entity=link.path, session=link.session)
+
+
+def _is_coordinator(descriptor: object) -> bool:
+    """The coordinator target's descriptor: 0x30, or ``amqp:coordinator:list``."""
+    return descriptor == 0x30 or str(descriptor) == "amqp:coordinator:list"

@@ -38,6 +38,8 @@ from urllib.parse import quote_plus
 
 from proton import Message
 
+from sbreference import ErrorCode, ServiceBusError
+
 from ..amqp.sas import TokenError, check_token, make_token
 from .connection import End
 from .frames import FrameError
@@ -128,9 +130,11 @@ class CbsRewriter:
 class Describer:
     """Reads an entity's description out of band (first attach to each entity): through
     ``sbconform serve``'s ``$sbconform`` control node for an emulator, through the
-    administration client (``ServiceBusAdministrationClient``) for Azure. The first
-    failure turns it off (said once): the trace then lacks the entity's settings and
-    the replay checker assumes Service Bus defaults."""
+    administration client (``ServiceBusAdministrationClient``) for Azure. An entity the
+    broker does not describe (not found, not an entity: a refusal about that path) has no
+    settings in the trace, and the next entity is asked again; a failure to describe at
+    all (no connection, no rights) turns it off (said once): the trace then lacks the
+    entities' settings and the replay checker assumes Service Bus defaults."""
 
     def __init__(self, upstream: Upstream, mode: str = "auto", say: Callable[[str], None] | None = None) -> None:
         self.upstream = upstream
@@ -157,6 +161,14 @@ class Describer:
                         self.client = AdminProvisioner(self.upstream.connection_string)
                 found = self.client.call("describe", path=base)
             return {str(k): v for k, v in dict(found).items()}
+        except ServiceBusError as error:
+            if error.code in _ABOUT_THE_PATH:  # this path only: the attach to it will say the rest
+                self.say(f"entity {path!r} is not described upstream ({error.code}); its events carry no settings")
+                return None
+            self.off = True
+            self.say(f"cannot describe entities upstream ({error.code}: {str(error)[:200]}); "
+                     "the trace will not carry entity settings (lock duration, max delivery count): replay assumes the defaults")
+            return None
         except Exception as error:
             self.off = True
             self.say(f"cannot describe entities upstream ({type(error).__name__}: {str(error)[:200]}); "
@@ -169,6 +181,10 @@ class Describer:
                 self.client.close()
             except Exception:
                 pass
+
+
+#: a describe refused for these codes is about the path asked (not found, not an entity), not the describer
+_ABOUT_THE_PATH = frozenset({ErrorCode.ENTITY_NOT_FOUND, ErrorCode.ARGUMENT_ERROR, ErrorCode.INVALID_OPERATION})
 
 
 @dataclass

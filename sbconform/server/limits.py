@@ -152,7 +152,7 @@ def properties_to_modify(raw: Any) -> dict[str, Any] | None:
     for key, value in raw.items():
         if not isinstance(key, str):
             raise Refused(f"property to modify {key!r}: its name is not a string")
-        props[str(key)] = value
+        props[str(key)] = bytes(value) if isinstance(value, memoryview) else value  # proton's binary
     check_message(SimpleNamespace(application_properties=props))
     for key, value in props.items():
         try:

@@ -98,7 +98,9 @@ class MessagesMixin:
         entity's update-disposition request (``properties-to-modify``; the request-response
         operations of Service Bus's AMQP management) through the kit's proton client, by lock
         token (a lock belongs to the entity: SETTLE-LOCK-011)."""
-        body: dict = {"disposition-status": status, "lock-tokens": [uuid.UUID(str(message.lock_token))],
+        from proton import UNDESCRIBED, Array, Data
+
+        body: dict = {"disposition-status": status, "lock-tokens": Array(UNDESCRIBED, Data.UUID, uuid.UUID(str(message.lock_token))),
                       "properties-to-modify": dict(properties)}
         if reason is not None:
             body["deadletter-reason"] = reason
