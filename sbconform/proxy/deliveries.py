@@ -134,8 +134,12 @@ class Deliveries:
                 args = {"properties": {str(k): _jsonable(v) for k, v in annotations.items()}}
         for did in range(first, min(last, first + 10_000) + 1):
             dlv = s.in_dlv.get(did)
-            if dlv is None or dlv.get("lock") is None:
+            if dlv is None:  # not a message the proxy saw delivered (or no longer holds: MAX_UNSETTLED)
+                if op_name != "complete":  # (accepted: also how clients settle management and CBS replies)
+                    self.unrecognised(frame, f"a {op_name} of delivery {did}, which the proxy did not see delivered")
                 continue
+            if dlv.get("lock") is None:
+                continue  # received and deleted: nothing to settle
             op = self.sink.op()
             common = dict(entity=dlv["entity"], lock=dlv["lock"], message_id=dlv["message_id"], seq=dlv["seq"],
                           session=dlv["session"], partition=dlv["partition"])

@@ -79,11 +79,16 @@ class ConnInterp(Links, Deliveries, Management):
     def ev(self, client: str, op_id: int, op: str, phase: str, time_ms: int | None = None, **fields: Any) -> None:
         self.sink.write(client, op_id, op, phase, time_ms, conn=self.conn, **fields)
 
-    def unrecognised(self, frame: Frame, why: str, link: Link | None = None) -> None:
+    def unrecognised(self, frame: Frame | None, why: str, link: Link | None = None) -> None:
+        """What the proxy relayed but cannot interpret: an ``info`` event saying so (with the
+        frame's summary when there is one), never dropped silently."""
         op = self.sink.op()
         client = link.client if link is not None and link.client else "admin"
-        entity = link.path if link is not None else None
-        fields = dict(entity=entity, result={"unrecognised": why, "frame": summary(frame)})
+        entity = link.path if link is not None and link.path else None
+        result = {"unrecognised": why}
+        if frame is not None:
+            result["frame"] = summary(frame)
+        fields = dict(entity=entity, result=result)
         self.ev(client, op, "describe-entity", "invoke", entity=entity)
         self.ev(client, op, "describe-entity", "info", **fields)
 

@@ -130,10 +130,12 @@ class Management:
         try:
             response = Message()
             response.decode(bytes(d["payload"]))
-        except Exception:
+        except Exception as error:
+            self.unrecognised(None, f"a management response that does not decode ({type(error).__name__})", link)
             return
         pending = self.mgmt.pop(_str(response.correlation_id), None)
         if pending is None:
+            self.unrecognised(None, f"a management response to no request the proxy saw (correlation id {response.correlation_id!r})", link)
             return
         props = {str(k): v for k, v in (response.properties or {}).items()}
         status = props.get("statusCode", props.get("status-code"))
