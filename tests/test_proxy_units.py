@@ -195,3 +195,28 @@ def test_the_kits_decoder_refuses_truncated_input():
     for cut in range(len(encoded)):
         with pytest.raises(values.WireError):
             values.decode(encoded[:cut], 0)
+
+
+def test_an_entity_the_broker_does_not_describe_leaves_descriptions_on_for_the_others():
+    """One attach to a missing entity must not cost every later entity its settings (replay
+    would then assume 60-second locks); a failure to describe at all still turns it off."""
+    from sbconform.proxy.relay import Describer, parse_upstream
+    from sbreference import ErrorCode, ServiceBusError
+
+    class Broker:
+        def call(self, op, path):
+            if path == "missing":
+                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, "no such entity")
+            if path == "broken":
+                raise ServiceBusError(ErrorCode.UNAUTHORIZED, "no rights")
+            return {"lock_duration": 1000}
+
+    said = []
+    upstream = parse_upstream("Endpoint=sb://localhost:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true")
+    describer = Describer(upstream, "control", said.append)
+    describer.client = Broker()
+    assert describer("missing") is None and not describer.off
+    assert describer("short") == {"lock_duration": 1000}
+    assert describer("broken") is None and describer.off
+    assert describer("short") is None  # off: said once, nothing asked any more
+    assert len(said) == 2 and "missing" in said[0]
