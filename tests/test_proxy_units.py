@@ -220,3 +220,19 @@ def test_an_entity_the_broker_does_not_describe_leaves_descriptions_on_for_the_o
     assert describer("broken") is None and describer.off
     assert describer("short") is None  # off: said once, nothing asked any more
     assert len(said) == 2 and "missing" in said[0]
+
+
+def test_parquet_recordings_rotate_by_size(tmp_path):
+    """Rotation measures the file on disk; Parquet rows reach it a row group at a time, so the
+    recording's row groups are small enough for a rotation limit to be followed."""
+    pytest.importorskip("pyarrow")
+    from sbconform.proxy.sink import PARQUET_ROWS, TraceSink
+    from sbconform.trace.io import read_events
+
+    sink = TraceSink(tmp_path, "rot", fmt="parquet", rotate_bytes=20_000)
+    for i in range(6 * PARQUET_ROWS):
+        op = sink.op()
+        sink.write("c1", op, "peek", "invoke", entity="q", args={"max_count": 1, "from_seq": i})
+    sink.close()
+    assert len(sink.files) >= 3, sink.files
+    assert sum(len(list(read_events(p))) for p in sink.files) == 6 * PARQUET_ROWS

@@ -82,6 +82,10 @@ class BufferedJsonlWriter(JsonlWriter):
             super().close()
 
 
+#: the recording's Parquet row group: small enough for rotation by size to follow the file
+PARQUET_ROWS = 4096
+
+
 class TraceSink:
     def __init__(self, out: str | Path, trace: str | None = None, fmt: str = "jsonl", rotate_bytes: int = 256 * 1024 * 1024,
                  on_error: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time, **meta: Any) -> None:
@@ -121,8 +125,10 @@ class TraceSink:
         # events are built field by field to the format's types above (what check_event
         # verifies), so the writers need not parse each event again; the tests read every
         # recording back through the checking readers
+        # Parquet in row groups of PARQUET_ROWS: what is on disk (the rotation's measure)
+        # trails what was written by one row group at most, not by the reader's 262,144 rows
         self.writer = (BufferedJsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
-                       else ParquetWriter(path, self.trace, validate=False, **meta))
+                       else ParquetWriter(path, self.trace, row_group=PARQUET_ROWS, validate=False, **meta))
         self.files.append(path)
         self.events_in_file = 0
 
