@@ -28,7 +28,7 @@ certify: setup-certify
 	$(BIN)/sbconform certify --target reference --report-dir $(REPORT_DIR)
 
 test: setup
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25
 
 bench: setup-certify
 	$(BIN)/python benchmarks/model_cycle.py
