@@ -304,3 +304,22 @@ def test_a_session_queue_fails_back_once_its_ping_is_delivered() -> None:
     ping = factory.pings[0].message
     assert ping.session_id and len(ping.session_id) == 32 and ping.body == b""
     assert client.send(Message(b"m2", message_id="m2", session_id="s1")) == [q]
+
+
+@pytest.mark.clauses("PAIR-SYPH-002")
+def test_a_message_back_before_its_retry_instant_does_not_hide_the_next_retry() -> None:
+    """The syphon looks at a backlog queue again when a message it could not forward comes back
+    (its lock's end, as the client reads it). If the message comes back earlier than computed
+    (a broker's clock a little ahead) and fails again, the next retry must be the new lock's end,
+    not the stale one: else the message waits for the 15-minute poll (found through the SDK)."""
+    from sbreference.paired.rewrite import to_backlog
+    from sbreference.paired.syphon import Syphon
+
+    syphon = Syphon(1, 0)
+    message = to_backlog(Message(b"m", message_id="m"), "t")
+    [first] = syphon.received(0, [(message, "h1")], 1_000)
+    syphon.forward_failed(0, 61_000)  # locked until 61 s as the client reads it
+    [again] = syphon.received(0, [(message, "h2")], 60_900)  # back 100 ms early
+    syphon.forward_failed(0, 121_000)
+    syphon.tick(61_000)
+    assert syphon.next_due() == 121_000

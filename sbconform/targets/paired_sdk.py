@@ -55,6 +55,8 @@ def paired_namespace(target: "SdkTarget") -> "SdkTarget":
     secondary = SdkTarget(connection_string=connection_string, control=target.control_mode, prefix=target.prefix)
     secondary.capabilities, secondary.lacking = target.capabilities, target.lacking
     secondary.rest_port = rest_port  # the backlog queues are created through its management REST API
+    # with virtual time, the secondary endpoint's clock is moved on with the primary's (share_clock)
+    secondary.virtual_time = getattr(target, "virtual_time", False)
     secondary.open()
     return secondary
 
@@ -77,12 +79,26 @@ def namespace_name(target: "SdkTarget") -> str:
 
 def share_clock(target: "SdkTarget", other: Any) -> None:
     """Both targets measure time from the same instant, so that times one reports (a lock's
-    expiry in a backlog queue) mean the same instant to a client timing on the other."""
+    expiry in a backlog queue) mean the same instant to a client timing on the other. With
+    virtual time the two endpoints' clocks are first brought to one reading (the one behind is
+    moved on), since each was moved on by the tests that used it before."""
     inner = other
     for _ in range(8):  # through recording and metering wrappers
         if hasattr(inner, "t0_epoch_ms") and hasattr(inner, "t0"):
-            target.t0, target.t0_epoch_ms = inner.t0, inner.t0_epoch_ms
+            if getattr(target, "time_control", False) and getattr(inner, "time_control", False) and inner is not target:
+                _align_endpoint_clocks(target, inner)
+            target.t0, target.t0_epoch_ms, target.skew = inner.t0, inner.t0_epoch_ms, inner.skew
             return
         inner = getattr(inner, "_target", None) or getattr(inner, "target", None)
         if inner is None:
             return
+
+
+def _align_endpoint_clocks(a: "SdkTarget", b: "SdkTarget") -> None:
+    """Move the endpoint whose wire clock (epoch + now) is behind to the other's reading."""
+    read = lambda t: int(t.control.call("now")["epoch"]) + int(t.control.call("now")["now"])  # noqa: E731
+    behind = read(b) - read(a)
+    if behind > 0:
+        a.control.call("advance-time", ms=behind)
+    elif behind < 0:
+        b.control.call("advance-time", ms=-behind)

@@ -95,6 +95,10 @@ class Syphon:
         if not messages:
             return []
         self._poll(index, now)
+        # the queue was looked at now: a retry still pending for it is spent (a lock that ended
+        # earlier than the client computed brought its message back before the retry instant;
+        # keeping the stale instant would hide the next failure's retry behind it)
+        self.retry_at.pop(index, None)
         out: list[Forward | DeadLetter] = []
         for message, handle in messages:
             try:
