@@ -24,7 +24,7 @@ def test_settlement_partitioning_transactions_and_rules_through_the_sdk(tmp_path
     code = certify(
         "sdk", tmp_path, options=["serve=true", "time=virtual"],
         clauses=() if full else ["settlement", "partitioning", "transactions", "rules"],
-        jobs=int(os.environ.get("SBCONFORM_SDK_JOBS", "8")),
+        jobs=int(os.environ.get("SBCONFORM_SDK_JOBS", "12")),
         shard_timeout=float(os.environ.get("SBCONFORM_SDK_SHARD_TIMEOUT", "240")),  # a hang fails, never stalls CI
     )
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
