@@ -326,20 +326,16 @@ def map_(encoded: list[bytes]) -> bytes:
 #: AMQP encoding each stands for, so a value a client sent through proton keeps its type when
 #: the broker writes it again (SETTLE-MOD-001's properties to modify). The codec does not import
 #: proton: the classes are recognised by name and module.
+#: the fixed-width ones: (type code, struct format, how the Python value is read)
+_PROTON_FIXED = {
+    "char": (0x73, ">I", ord), "timestamp": (0x83, ">q", int), "ulong": (0x80, ">Q", int), "uint": (0x70, ">I", int),
+    "ushort": (0x60, ">H", int), "ubyte": (0x50, ">B", int), "byte": (0x51, ">b", int), "short": (0x61, ">h", int),
+    "int32": (0x71, ">i", int), "float32": (0x72, ">f", float), "decimal32": (0x74, ">I", int), "decimal64": (0x84, ">Q", int),
+}
 _PROTON_TYPED = {
+    **{name: (lambda v, c=code, f=fmt, read=read: bytes([c]) + struct.pack(f, read(v)))
+       for name, (code, fmt, read) in _PROTON_FIXED.items()},
     "symbol": lambda v: symbol(str(v)),
-    "char": lambda v: b"\x73" + struct.pack(">I", ord(v)),
-    "timestamp": lambda v: b"\x83" + struct.pack(">q", int(v)),
-    "ulong": lambda v: b"\x80" + struct.pack(">Q", int(v)),
-    "uint": lambda v: b"\x70" + struct.pack(">I", int(v)),
-    "ushort": lambda v: b"\x60" + struct.pack(">H", int(v)),
-    "ubyte": lambda v: b"\x50" + struct.pack(">B", int(v)),
-    "byte": lambda v: b"\x51" + struct.pack(">b", int(v)),
-    "short": lambda v: b"\x61" + struct.pack(">h", int(v)),
-    "int32": lambda v: b"\x71" + struct.pack(">i", int(v)),
-    "float32": lambda v: b"\x72" + struct.pack(">f", float(v)),
-    "decimal32": lambda v: b"\x74" + struct.pack(">I", int(v)),
-    "decimal64": lambda v: b"\x84" + struct.pack(">Q", int(v)),
     "decimal128": lambda v: b"\x94" + bytes(v)[:16].ljust(16, b"\x00"),
     "Described": lambda v: b"\x00" + value(v.descriptor) + value(v.value),
 }

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import struct
 
+from .framing import _FRAME, ATTACH, DETACH, TRANSFER  # noqa: F401  (the framing lives in one place)
+
 BATCH_FORMAT = 0x80013700
 
 _U32 = struct.Struct(">I")
-
-from .framing import _FRAME, ATTACH, DETACH, TRANSFER  # noqa: E402,F401  (framing: one place)
 
 #: the performatives the scanner follows
 _FOLLOWED = frozenset((TRANSFER, ATTACH, DETACH))

@@ -330,10 +330,9 @@ class ConnectionLoop:
             self._settled_by_client(state, link, delivery)
 
     def _event(self, state: ConnState, event: Event) -> None:
+        """Every other event ``_events`` hands on (deliveries go to ``_delivery``)."""
         kind = event.type
-        if kind == Event.DELIVERY:
-            self._delivery(state, event.delivery)
-        elif kind == Event.LINK_FLOW:
+        if kind == Event.LINK_FLOW:
             info = state.link_info.get(event.link)
             if info is not None and info.receiving is not None:
                 self._serve(info.receiving)

@@ -91,7 +91,7 @@ def settlement_of(outcome: Any) -> tuple[str, str | None, str | None]:
     if code == MODIFIED:
         undeliverable = len(fields) > 1 and bool(fields[1])
         if len(fields) > 2 and fields[2]:
-            raise _no_properties_in_a_transaction()
+            raise no_properties_in_a_transaction()
         return ("defer" if undeliverable else "abandon"), None, None
     if code == REJECTED:
         info: dict = {}
@@ -99,13 +99,13 @@ def settlement_of(outcome: Any) -> tuple[str, str | None, str | None]:
         if isinstance(error, Described) and error.value and len(error.value) > 2 and isinstance(error.value[2], dict):
             info = {str(k): v for k, v in error.value[2].items()}
         if set(info) - {"DeadLetterReason", "DeadLetterErrorDescription"}:
-            raise _no_properties_in_a_transaction()
+            raise no_properties_in_a_transaction()
         return "dead_letter", _opt_str(info.get("DeadLetterReason")), _opt_str(info.get("DeadLetterErrorDescription"))
     raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"outcome {outcome.descriptor!r} cannot be part of a transaction")
 
 
 #: SETTLE-MOD-001 in a transaction: refused, never dropped (the model's transactions take no properties)
-def _no_properties_in_a_transaction() -> ServiceBusError:
+def no_properties_in_a_transaction() -> ServiceBusError:
     return ServiceBusError(ErrorCode.ARGUMENT_ERROR, "properties to modify inside a transaction are not supported by "
                            "this broker (sbconform serve)", transient=False)
 

@@ -92,18 +92,13 @@ class Deliveries:
             if not dlv.settled:
                 dlv.settle()
             return
-        impl = dlv._impl
-        if pn_delivery_remote_state(impl) == PN_ACCEPTED:  # complete: the common case, read at the C level
+        if pn_delivery_remote_state(dlv._impl) == PN_ACCEPTED:  # complete: the common case, read at the C level
+            error: ServiceBusError | None = None
             try:
                 self.namespace.complete(state.model_conn, r.path, token)
             except ServiceBusError as e:
-                self._answer(r, dlv, Delivery.ACCEPTED, None, e)
-                return
-            del r.tokens[dlv]
-            self.dirty.add(r.key)
-            if not pn_delivery_settled(impl):  # (settled first by older SDKs: no answer expected)
-                pn_delivery_update(impl, PN_ACCEPTED)
-                pn_delivery_settle(impl)
+                error = e
+            self._answer(r, dlv, Delivery.ACCEPTED, None, error)
             return
         txn = coordinator.transactional(dlv)
         if txn is not None:  # TXN-VIS-002: enlisted, applied at commit; the lock stays meanwhile
@@ -123,11 +118,9 @@ class Deliveries:
         remote = dlv.remote
         ns = self.namespace
         reply = outcome
-        error: ServiceBusError | None = None
-        try:
-            if outcome == Delivery.ACCEPTED:
-                ns.complete(state.model_conn, r.path, token)
-            elif outcome == Delivery.RELEASED:
+        error = None
+        try:  # (accepted: completed above)
+            if outcome == Delivery.RELEASED:
                 ns.release(state.model_conn, r.path, token)
             elif outcome == Delivery.MODIFIED:
                 # SETTLE-MOD-001: the modified outcome's message-annotations are the properties to modify
@@ -145,10 +138,8 @@ class Deliveries:
                 ns.dead_letter(state.model_conn, r.path, token, reason, desc, properties_to_modify(info))
             else:
                 return  # not a terminal outcome yet
-        except ServiceBusError as e:
+        except ServiceBusError as e:  # (properties to modify the broker could not write back too)
             error = e
-        except Refused as e:  # properties to modify the broker could not write back
-            error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The properties to modify were refused: {e}", transient=False)
         self._answer(r, dlv, reply, remote, error)
 
     def _answer(self, r: Receiving, dlv: Delivery, reply: Any, remote: Any, error: ServiceBusError | None) -> None:
@@ -156,8 +147,13 @@ class Deliveries:
         token is spent either way; the client hears the outcome unless it settled first."""
         del r.tokens[dlv]
         self.dirty.add(r.key)
-        if dlv.settled:
+        impl = dlv._impl
+        if pn_delivery_settled(impl):
             return  # the client settled first (older SDKs): it expects no answer
+        if error is None and reply == Delivery.ACCEPTED:  # the common answer, through proton's C calls
+            pn_delivery_update(impl, PN_ACCEPTED)
+            pn_delivery_settle(impl)
+            return
         if error is not None:
             dlv.local.condition = v.condition(error)
             dlv.update(Delivery.REJECTED)

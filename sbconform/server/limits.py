@@ -19,6 +19,8 @@ from typing import Any, Mapping
 from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
 from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
 
+from sbreference import ErrorCode, ServiceBusError
+
 from ..amqp.codec import Envelope
 from ..amqp.values import value as amqp_value
 
@@ -143,7 +145,14 @@ def properties_to_modify(raw: Any) -> dict[str, Any] | None:
     takes them (the modified outcome's message-annotations, the rejected outcome's error info,
     update-disposition's ``properties-to-modify``: keys are symbols or strings on the wire).
     Held to the same rules as a sent message's properties, and each value must be one the
-    broker can write back; anything else is ``Refused``."""
+    broker can write back; anything else is refused as an argument error."""
+    try:
+        return _properties_to_modify(raw)
+    except Refused as error:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The properties to modify were refused: {error}", transient=False) from None
+
+
+def _properties_to_modify(raw: Any) -> dict[str, Any] | None:
     if not raw:
         return None
     if not isinstance(raw, Mapping):

@@ -24,7 +24,8 @@ from sbreference.operations import MODIFYING, SETTLEMENTS, settle
 
 from ..amqp import codec
 from . import values as v
-from .limits import Limits, Refused, properties_to_modify
+from .coordinator import no_properties_in_a_transaction
+from .limits import Limits, properties_to_modify
 from .rules import rule_operation
 from .state import WallClock
 
@@ -148,10 +149,7 @@ def update_disposition(q: Request) -> Answer:
 def _properties_to_modify(raw: Any, kind: str) -> dict | None:
     """update-disposition's ``properties-to-modify`` (SETTLE-MOD-001), for abandon, defer and
     dead-letter; refused as an argument error when the broker could not write them back."""
-    try:
-        props = properties_to_modify(raw)
-    except Refused as error:
-        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The properties to modify were refused: {error}", transient=False) from None
+    props = properties_to_modify(raw)
     if props and kind not in MODIFYING:
         raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"properties-to-modify is not taken by a {kind}", transient=False)
     return props
@@ -192,8 +190,7 @@ OPERATIONS: dict[str, Handler] = {
 def transactional_disposition(q: Request) -> Answer:
     kind = _disposition(q)
     if q.body.get("properties-to-modify"):  # refused, never dropped: the model's transactions take none
-        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, "properties-to-modify inside a transaction is not supported by "
-                              "this broker (sbconform serve)", transient=False)
+        raise no_properties_in_a_transaction()
     q.ns.transactions.settle_all(q.conn, q.txn, SETTLEMENTS[kind], q.path, q.tokens(),
                                  v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description")))
     return 200, {}, NOTHING

@@ -96,7 +96,10 @@ def share_clock(target: "SdkTarget", other: Any) -> None:
 
 def _align_endpoint_clocks(a: "SdkTarget", b: "SdkTarget") -> None:
     """Move the endpoint whose wire clock (epoch + now) is behind to the other's reading."""
-    read = lambda t: int(t.control.call("now")["epoch"]) + int(t.control.call("now")["now"])  # noqa: E731
+    def read(t: "SdkTarget") -> int:
+        clock = t.control.call("now")
+        return int(clock["epoch"]) + int(clock["now"])
+
     behind = read(b) - read(a)
     if behind > 0:
         a.control.call("advance-time", ms=behind)
