@@ -715,6 +715,10 @@ def test_properties_to_modify_on_the_link_as_the_dotnet_client_sends_them(server
 
     # the refusal settled that delivery, but the lock stayed: the dead-letter goes by lock token
     token = uuid.UUID(bytes_le=_raw_tag(fetcher.unsettled[-1]))
+    for bad in ({"nested": {"a": 1}}, {"huge": "x" * 70_000}):  # not a simple value; past the header quota
+        refused = _request(raw, "modq", "com.microsoft:update-disposition", {
+            "disposition-status": "abandoned", "lock-tokens": Array(0, Data.UUID, token), "properties-to-modify": bad})
+        assert refused["statusCode"] == 400 and refused["errorCondition"] == "com.microsoft:argument-error", refused
     answer = _request(raw, "modq", "com.microsoft:update-disposition", {
         "disposition-status": "suspended", "lock-tokens": Array(0, Data.UUID, token), "deadletter-reason": "bad",
         "deadletter-description": "why", "properties-to-modify": {"stage": "dead"}})
