@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from .description import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription
 from .entity import Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
+from .message import State
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
 from .paths import SUBSCRIPTIONS, parse
 from .rules import Rule
@@ -244,13 +245,23 @@ class Provisioning:
         info: dict[str, Any] = {"active": 0, "deferred": 0, "dead_letter": 0, "scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
         for s in sources:
             s.tick(now)
-            s.dead_letter_queue.tick(now)
+            if s.dead_letter_queue is not None:  # a dead-letter path's store has none under it
+                s.dead_letter_queue.tick(now)
             for key, value in s.counts().items():
                 info[key] += value
         info["availability_status"] = entity.availability_status if entity.partitioned else "available"
         if entity.partitioned:
             info["partition_count"] = entity.partition_count
         return info
+
+    def available_count(self, path: str) -> int:
+        """Messages a receive on ``path`` could be given now: stored, and not locked, deferred or
+        scheduled; refused as a receive would be (unknown, unavailable or suspended entity).
+        Not a figure Service Bus reports: ``sbconform serve`` answers it on its control
+        node, so that a client moving the clock on knows whether a receive has anything to wait for."""
+        store = self._taking_store(path)  # refused where a receive would be
+        store.tick(self.clock.now)
+        return sum(1 for m in store.messages.values() if m.state is State.ACTIVE)
 
     # ------------------------------------------------------------ partitions
 

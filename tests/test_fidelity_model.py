@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sbreference import (
+    MINUTE,
     SECOND,
     ErrorCode,
     Message,
@@ -466,3 +467,34 @@ def test_no_settlement_grows_a_stored_header_past_the_quota() -> None:
     [dead] = ns.peek("q/$DeadLetterQueue")
     assert dead.dead_letter_reason == "r" * 1000 and dead.message.application_properties == props
     assert header_size(dead.message) == size
+
+
+def test_runtime_info_of_a_dead_letter_queue_counts_its_messages() -> None:
+    """The counts of a dead-letter path (what the SDK target asks before a long receive on one)
+    are its own: a dead-letter queue has no dead-letter queue under it (this raised AttributeError)."""
+    ns = Namespace()
+    ns.create_queue("q")
+    conn = ns.connect()
+    ns.send(conn, "q", [Message(b"a"), Message(b"b")])
+    (delivery,) = ns.receive(conn, "q", 1)
+    ns.dead_letter(conn, "q", delivery.lock_token)
+    assert ns.runtime_info("q")["dead_letter"] == 1
+    info = ns.runtime_info("q/$DeadLetterQueue")
+    assert (info["active"], info["dead_letter"]) == (1, 0)
+
+
+def test_available_count_leaves_out_locked_deferred_and_scheduled_messages() -> None:
+    """What ``sbconform serve``'s control node answers before a receive in virtual time: a
+    message that is locked, deferred or scheduled cannot be received, so it is not counted; a
+    lock that ends makes its message count again."""
+    ns = Namespace()
+    ns.create_queue("q", lock_duration=30 * SECOND)
+    conn = ns.connect()
+    ns.send(conn, "q", [Message(b"a"), Message(b"b"), Message(b"c")])
+    ns.schedule(conn, "q", Message(b"later"), ns.clock.now + MINUTE)
+    first, second = ns.receive(conn, "q", 2)
+    ns.defer(conn, "q", second.lock_token)
+    assert ns.available_count("q") == 1
+    assert ns.runtime_info("q")["active"] == 2  # the locked one counts there
+    ns.clock.advance(30 * SECOND)
+    assert ns.available_count("q") == 2

@@ -111,7 +111,7 @@ Feature: The syphon
     Then the syphon of "S" started receives on backlog queue 0 at 0, 15, 20, 35, 50 minutes
     And peeking "q" shows "m1"
 
-  @PAIR-SYPH-005 @needs:virtual-time
+  @PAIR-SYPH-005 @needs:virtual-time @needs:instant-time
   Scenario: An idle syphon over 10 backlog queues calls receive 40 times an hour, 960 a day, 28800 in 30 days
     Given factory "S" paired with 10 backlog queues and running the syphon
     When the pairing runs for 30 days

@@ -116,6 +116,7 @@ class PairedFactory:
         self.sends: list[SendRecord] = []
         self._senders: dict[tuple[str, str], Handle] = {}
         self._receivers: dict[int, Handle] = {}
+        self._refused: dict[str, int] = {}  # destination (lower case) -> until when the syphon sends it nothing
         self._retired: list[tuple[str, Handle]] = []  # handles of an ended factory, closed by dispose()
         self.failovers: list[tuple[int, str]] = []  # (when, entity): each failover, as the machine timed it
         self.paired = False
@@ -288,14 +289,24 @@ class PairedFactory:
         if isinstance(decision, DeadLetter):
             _quietly(secondary.dead_letter, receiver, decision.handle, decision.reason, decision.description)
             return
+        until = decision.handle.locked_until
+        # the lock as this client reads it may end up to the clock tolerance later at the broker
+        # (zero on the model's clock): looking again at the very instant could find it still held
+        lag = int(getattr(secondary, "clock_tolerance", 0))
+        retry = None if until is None else until + lag
+        destination = decision.destination.lower()
+        if self.now() < self._refused.get(destination, -1):
+            # the destination refused a message whose lock has not ended yet: this one is not
+            # sent there before then either; it stays locked and comes back as that one does
+            # (through an SDK a refused send costs the half second of a refused attach)
+            self.syphon.forward_failed(decision.backlog_index, retry)
+            return
         try:
             self._send(Send(PRIMARY, decision.destination, decision.message))
         except ServiceBusError:
-            until = decision.handle.locked_until
-            # the lock as this client reads it may end up to the clock tolerance later at the broker
-            # (zero on the model's clock): looking again at the very instant could find it still held
-            lag = int(getattr(secondary, "clock_tolerance", 0))
-            self.syphon.forward_failed(decision.backlog_index, None if until is None else until + lag)
+            self.syphon.forward_failed(decision.backlog_index, retry)
+            if retry is not None:
+                self._refused[destination] = retry
             return
         # If the lock was lost meanwhile (a slow broker), the message comes back and is moved
         # again: at least once, and duplicate detection on the destination drops the copy.

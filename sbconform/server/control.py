@@ -94,6 +94,12 @@ def _next_due(ns: Namespace, clock: WallClock, body: dict, props: dict) -> tuple
     return {"in": None if due is None else max(0, due - clock.now)}, NOTHING
 
 
+def _available(ns: Namespace, clock: WallClock, body: dict, props: dict) -> tuple[Any, Changes]:
+    """How many messages a receive on the path could be given now (the SDK target in virtual time
+    asks before it waits: a receive there has nothing to wait for in real time when none)."""
+    return {"count": ns.available_count(str(body["path"]))}, NOTHING
+
+
 OPERATIONS: dict[str, Handler] = {
     "create-queue": _create_queue,
     "create-topic": _create_topic,
@@ -108,6 +114,7 @@ OPERATIONS: dict[str, Handler] = {
     "now": _now,
     "advance-time": _advance_time,
     "next-due": _next_due,
+    "available": _available,
 }
 LOGGED = ("create-queue", "create-topic", "create-subscription", "delete", "update")
 

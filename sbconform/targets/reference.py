@@ -42,6 +42,7 @@ CAPABILITIES = frozenset(
         "small-quota",
         "rejection-details",
         "virtual-time",
+        "instant-time",
         "entity-management",
         "model-internals",
         "entity-outage",

@@ -39,6 +39,7 @@ from sbreference.paths import parse as parse_path
 
 from .azure_admin import split_path  # noqa: F401
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient  # noqa: F401
+from .sdk_clock import ClockMixin, close_sdk_client
 from .sdk_messages import MessagesMixin
 from .sdk_provision import ProvisioningMixin, RestProvisioner
 from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules import them from here)
@@ -59,7 +60,7 @@ from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules impor
 from .proton_client import ControlClient, LowLevelClient, _proton_message  # noqa: E402,F401
 from .serve_process import _SERVE_LOCK, _TIERS, ServeProcess, premium_server, shared_server, tier_server  # noqa: E402,F401
 
-class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
+class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
     name = "sdk"
     capabilities = CAPABILITIES
     lacking: Mapping[str, str] = LACKING
@@ -209,7 +210,7 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         self._opened = False
         for handle in self.handles:
             try:
-                handle.private.close()
+                close_sdk_client(handle.private)
             except Exception:
                 pass
         self.handles.clear()
@@ -278,11 +279,16 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
             raise translate(error) from error
 
     def sender(self, path: str) -> Handle:
-        sender = self.client.get_queue_sender(queue_name=path)
+        sender = self._sdk_sender(path)
         handle = Handle("sender", path, private=sender)
         self._call(sender.__enter__)  # attach now: an unknown entity fails here, as on the reference
         self.handles.append(handle)
         return handle
+
+    def _sdk_sender(self, path: str) -> Any:
+        # keep_alive=0: no keep-alive thread, which a sender whose attach is refused joins for up
+        # to a second (a receiver without prefetch keeps its own: the SDK fixes it at 5 s)
+        return self.client.get_queue_sender(queue_name=path, keep_alive=0)
 
     def _receiver(self, path: str, mode: str, **kwargs: Any):
         from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
@@ -317,7 +323,7 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
     def close_handle(self, handle: Handle) -> None:
         if handle in self.handles:
             self.handles.remove(handle)
-        self._call(handle.private.close)
+        self._call(close_sdk_client, handle.private)
 
     def drop_connection(self, handle: Handle) -> None:
         """Sever the socket under the SDK, as a network loss would (no AMQP CLOSE)."""
@@ -341,10 +347,10 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
         if handle.session_id is not None:
             return
         try:
-            client.close()
+            close_sdk_client(client)
         except Exception:
             pass
-        fresh = self.client.get_queue_sender(queue_name=handle.path) if handle.kind == "sender" else self._receiver(handle.path, handle.mode)
+        fresh = self._sdk_sender(handle.path) if handle.kind == "sender" else self._receiver(handle.path, handle.mode)
         self._call(fresh.__enter__)
         handle.private = fresh
 
@@ -371,29 +377,18 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
 
     def receive(self, receiver: Handle, max_count: int = 1, max_wait: int | None = None) -> list[Received]:
         wait_ms = self.empty_wait if max_wait is None else max_wait
-        if self.time_control and wait_ms > self.empty_wait:
-            return self._receive_in_virtual_time(receiver, max_count, wait_ms)
+        if self.time_control:
+            if wait_ms > 0:  # the wait moves the endpoint's clock, as it would pass in real time
+                return self._receive_in_virtual_time(receiver, max_count, wait_ms)
+            # no wait: what the entity holds now, which takes a few milliseconds to come over the
+            # wire (a 1 ms receive was seen returning 1 of 100 messages waiting)
+            return self._receive_available(receiver, max_count, self.empty_wait)
         return self._receive_now(receiver, max_count, wait_ms)
 
     def _receive_now(self, receiver: Handle, max_count: int, wait_ms: int) -> list[Received]:
         got = self._call(receiver.private.receive_messages, max_message_count=max_count, max_wait_time=max(wait_ms / 1000, 0.001))
         self._withdraw_credit(receiver.private)
         return [self.received(m, receiver.mode) for m in got]
-
-    def _receive_in_virtual_time(self, receiver: Handle, max_count: int, wait_ms: int) -> list[Received]:
-        """A long wait on an endpoint with virtual time: a short real receive, then, while nothing
-        came, the clock moves to the next instant at which time alone changes something (a lock
-        expiring, a schedule falling due), never past the wait."""
-        left = wait_ms
-        while True:
-            got = self._receive_now(receiver, max_count, min(left, self.empty_wait))
-            left -= min(left, self.empty_wait)
-            if got or left <= 0:
-                return got
-            due = self.control.call("next-due").get("in")
-            step = left if due is None else min(left, max(int(due), 1))
-            self.wait(step)
-            left -= step
 
     @staticmethod
     def _withdraw_credit(client: Any) -> None:
@@ -462,38 +457,3 @@ class SdkTarget(ProvisioningMixin, MessagesMixin, Target):
 
     def set_session_state(self, receiver: Handle, state: bytes | None) -> None:
         self._call(self._session(receiver).set_state, state)
-
-    # ------------------------------------------------------------------- time
-    def now(self) -> int:
-        return int((time.monotonic() - self.t0) * 1000) + self.skew
-
-    def wait(self, duration: int) -> None:
-        """Virtual time where the endpoint offers it (``sbconform serve``'s ``advance-time``: locks,
-        TTLs, schedules, session waits and transaction timeouts all follow), real time otherwise."""
-        if duration <= 0:
-            return
-        if self.time_control:
-            for target in [self, *self.clock_partners]:
-                target.control.call("advance-time", ms=int(duration))
-                target.skew += int(duration)
-        else:
-            time.sleep(duration / 1000)
-
-    def _offers_time_control(self) -> bool:
-        try:
-            self.control.call("advance-time", ms=0)
-            return True
-        except ServiceBusError:  # an older endpoint: real time
-            return False
-
-    def share_clock(self, other: Target) -> None:
-        """Paired namespaces on two endpoints: both measure time from one instant (paired_sdk), and
-        with virtual time moving one's clock moves both."""
-        from .paired_sdk import share_clock
-
-        share_clock(self, other)
-        other = getattr(other, "unwrap", lambda: other)()
-        if isinstance(other, SdkTarget) and other is not self and other.time_control and self.time_control:
-            if other not in self.clock_partners:
-                self.clock_partners.append(other)
-                other.clock_partners.append(self)

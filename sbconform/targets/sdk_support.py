@@ -37,6 +37,7 @@ CAPABILITIES = frozenset(
 
 LACKING = {
     "virtual-time": "time passes in real time through the SDK; scenarios needing minutes or days cannot wait that long",
+    "instant-time": "every operation through the SDK takes real time (an empty receive about a millisecond, opening a receiver half a second), virtual time or not: a month of a syphon's 28,800 receives would take hours",
     "model-internals": "the model's internal structure is not observable through the SDK",
     "premium-namespace": "one connection string is one namespace; a partitioned Premium namespace is another (with serve=true the target starts one: `sbconform serve --config` with Sku Premium and PartitionCount)",
     "basic-namespace": "one connection string is one namespace; a Basic one is another (with serve=true the target starts one: `sbconform serve --config` with Sku Basic)",
