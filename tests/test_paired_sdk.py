@@ -1,7 +1,9 @@
 """The paired-namespace area through the real azure-servicebus SDK, against two ``sbconform
 serve`` endpoints (the primary, and a secondary the SDK target starts), in real time.
 
-Runs ``sbconform certify --target sdk --option serve=true --clause paired --jobs N --trace DIR``:
+``make test`` certifies the area in virtual time (``tests/test_sdk_certify.py``, the default with
+serve=true); this opt-in run shows the paired client on timers that run in seconds. Runs
+``sbconform certify --target sdk --option serve=true --option time=real --clause paired --jobs N --trace DIR``:
 every paired clause passes except those whose every scenario waits minutes or days (the
 15-minute syphon poll, 30-day figures), skipped for the lack of virtual time; the traces recorded
 meanwhile replay without a violation (pieces the checker cannot decide, sends without a sequence
@@ -30,7 +32,7 @@ NEED_VIRTUAL_TIME = {"PAIR-SYPH-004", "PAIR-SYPH-005"}
 def test_the_paired_area_through_the_sdk_against_two_endpoints(tmp_path) -> None:
     traces = tmp_path / "traces"
     code = certify(
-        "sdk", tmp_path / "report", options=["serve=true"], clauses=["paired"],
+        "sdk", tmp_path / "report", options=["serve=true", "time=real"], clauses=["paired"],
         jobs=int(os.environ.get("SBCONFORM_SDK_JOBS", "8")),
         shard_timeout=float(os.environ.get("SBCONFORM_SDK_SHARD_TIMEOUT", "300")),
         trace_dir=traces,

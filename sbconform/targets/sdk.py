@@ -21,9 +21,14 @@ Options (``--sb-option KEY=VALUE`` / ``sbconform certify --option``):
   (with ``serve=true`` the target starts a second ``sbconform serve`` for it); see
   ``paired_sdk``.
 
-Time passes in real time: ``wait`` sleeps, ``now`` is wall-clock milliseconds since the
-target opened, so scenarios use short lock durations (5 s). ``clock_tolerance`` tells the
-steps and the differential machine how far apart two clocks may be.
+- ``time=auto|real|virtual``: ``virtual`` moves the endpoint's clock on through its ``$sbconform``
+  node instead of waiting (``sdk_clock``; capability ``virtual-time``); ``real`` waits. ``auto``
+  (the default) is ``virtual`` with ``serve=true`` (an endpoint the target started, whose clock
+  nobody else reads) and ``real`` otherwise.
+
+In real time ``wait`` sleeps and ``now`` is wall-clock milliseconds since the target opened, so
+scenarios use short lock durations (5 s). ``clock_tolerance`` tells the steps and the
+differential machine how far apart two clocks may be.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
         control: str = "auto",
         prefix: str = "",
         secondary: str | None = None,
-        time: str = "real",
+        time: str = "auto",
     ) -> None:
         try:
             import azure.servicebus  # noqa: F401
@@ -93,8 +98,10 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
         if control == "auto" and connection_string and not emulator:
             control = "admin"  # a real namespace: Azure's own management API
         self.serve = serve
-        if time not in ("real", "virtual"):
-            raise ValueError(f"time={time!r}: real, or virtual (with serve=true: the endpoint's clock is moved on instead of waiting)")
+        if time not in ("auto", "real", "virtual"):
+            raise ValueError(f"time={time!r}: auto, real, or virtual (with serve=true: the endpoint's clock is moved on instead of waiting)")
+        if time == "auto":  # virtual on an endpoint the target started (nobody else's clock moves with it)
+            time = "virtual" if serve else "real"
         if time == "virtual" and not serve:
             raise ValueError("time=virtual needs serve=true (an endpoint whose clock the target can move on: sbconform serve)")
         self.virtual_time = time == "virtual"
