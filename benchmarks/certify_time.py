@@ -1,7 +1,7 @@
 """Wall time of each target's full certification (every area), measured in the same run.
 
 Runs ``sbconform certify`` on the in-process reference, then on the SDK target against
-``sbconform serve`` (``--option serve=true``) with ``--jobs`` processes, each into a temporary
+``sbconform serve`` (``--option serve=true``: virtual time, the default there) with ``--jobs`` processes, each into a temporary
 report directory, and prints the seconds each took with its verdict line. The reference run is
 the baseline measured in the same run; the SDK run is what CI and users wait for. The last line
 is ``reference_s=<n> sdk_s=<n>``.
@@ -27,7 +27,8 @@ def certify(args: list[str], report_dir: Path) -> tuple[float, str, dict]:
     run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", *args, "--report-dir", str(report_dir)],
                          cwd=REPO, capture_output=True, text=True)
     took = time.monotonic() - started
-    verdict = next((line for line in reversed(run.stdout.splitlines()) if " pass, " in line), run.stdout[-300:] + run.stderr[-300:])
+    verdict = next((line for line in reversed(run.stdout.splitlines()) if line.startswith("sbconform: ") and " pass" in line),
+                   run.stdout[-300:] + run.stderr[-300:])
     summary = {}
     report = report_dir / "report.json"
     if report.exists():
