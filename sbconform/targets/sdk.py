@@ -293,9 +293,12 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
         return handle
 
     def _sdk_sender(self, path: str) -> Any:
-        # keep_alive=0: no keep-alive thread, which a sender whose attach is refused joins for up
-        # to a second (a receiver without prefetch keeps its own: the SDK fixes it at 5 s)
-        return self.client.get_queue_sender(queue_name=path, keep_alive=0)
+        # In virtual time (an endpoint the target started; scenarios last seconds) a sender gets no
+        # keep-alive thread, which one whose attach is refused joins for up to a second. In real
+        # time it keeps it: a sender idle for longer than the broker's idle timeout stays connected.
+        if self.virtual_time:
+            return self.client.get_queue_sender(queue_name=path, keep_alive=0)
+        return self.client.get_queue_sender(queue_name=path)
 
     def _receiver(self, path: str, mode: str, **kwargs: Any):
         from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
