@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import os
 
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from realtime import run_machine_on
 from sbconform.testing.stateful import DifferentialMachine
 
 
@@ -36,16 +36,7 @@ def test_target_agrees_with_the_model(sb_session, sb_target) -> None:
     def machine() -> DifferentialMachine:
         return DifferentialMachine(sb_session.new)
 
-    if getattr(sb_target, "clock_tolerance", 0) > 0:
-        small = settings(
-            settings(),  # the loaded profile, with fewer and shorter examples
-            max_examples=int(os.environ.get("SBCONFORM_REALTIME_EXAMPLES", "2")),
-            stateful_step_count=int(os.environ.get("SBCONFORM_REALTIME_STEPS", "8")),
-            deadline=None,
-        )
-        run_state_machine_as_test(machine, settings=small)
-    else:
-        run_state_machine_as_test(machine)
+    run_machine_on(sb_target, machine)
 
 
 def test_the_differential_machine_runs_on_the_model() -> None:

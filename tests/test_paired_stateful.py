@@ -20,15 +20,14 @@ A ledger keeps every message a paired sender accepted. Then:
 from __future__ import annotations
 
 import itertools
-import os
 import random
 from typing import Callable
 
 import pytest
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+from realtime import run_machine_on
 from sbreference import MINUTE, SECOND, Message, ServiceBusError
 from sbreference.paired import PairedNamespaceOptions, is_ping
 from sbconform.paired import PairedFactory, message_of, run_together
@@ -257,19 +256,8 @@ def paired_machine(new_target: Callable[[], Target]) -> type[RuleBasedStateMachi
 @pytest.mark.clauses("PAIR-ROUTE-001", "PAIR-SYPH-002", "PAIR-SYPH-003", "PAIR-PING-002", "PAIR-PING-004", "PAIR-RENAME-004")
 @pytest.mark.needs("paired-namespaces", "entity-outage", "virtual-time", "time-to-live", "scheduling", "dead-letter")
 def test_paired_namespaces_lose_nothing_and_return_to_the_primary(sb_session, sb_target) -> None:
-    """On a target whose operations take real time (one with a ``clock_tolerance``: the SDK target,
-    virtual time or not) a small profile runs, as in test_differential: ``SBCONFORM_REALTIME_EXAMPLES``
-    examples of ``SBCONFORM_REALTIME_STEPS`` steps (2 x 8 by default)."""
-    if getattr(sb_target, "clock_tolerance", 0) > 0:
-        small = settings(
-            settings(),  # the loaded profile, with fewer and shorter examples
-            max_examples=int(os.environ.get("SBCONFORM_REALTIME_EXAMPLES", "2")),
-            stateful_step_count=int(os.environ.get("SBCONFORM_REALTIME_STEPS", "8")),
-            deadline=None,
-        )
-        run_state_machine_as_test(paired_machine(sb_session.new), settings=small)
-    else:
-        run_state_machine_as_test(paired_machine(sb_session.new))
+    """On a target whose operations take real time, a small profile (realtime.run_machine_on)."""
+    run_machine_on(sb_target, paired_machine(sb_session.new))
 
 
 # --------------------------------------------------------- the kit catches bugs

@@ -392,7 +392,7 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
                 return self._receive_in_virtual_time(receiver, max_count, wait_ms)
             # no wait: what the entity holds now, which takes a few milliseconds to come over the
             # wire (a 1 ms receive was seen returning 1 of 100 messages waiting)
-            return self._receive_available(receiver, max_count, self.empty_wait)
+            return self._receive_available(receiver, max_count, wait_ms)
         return self._receive_now(receiver, max_count, wait_ms)
 
     def _receive_now(self, receiver: Handle, max_count: int, wait_ms: int) -> list[Received]:

@@ -3,7 +3,7 @@ the endpoint offers it (``sbconform serve``'s ``$sbconform`` node: ``advance-tim
 and what waiting costs through the SDK (long receives, closing a client).
 
 With ``time=virtual`` the endpoint's clock is moved on instead of waiting; it also runs in real time
-between moves (``clock_runs_in_real_time``). A long receive is then a short real one followed by
+between moves (``clock_runs_in_real_time``). A receive with a wait is then a real one followed by
 moves of the clock to the next instant at which time alone changes something; a receive on an
 entity that holds no message a receive could be given does not wait in real time for one that
 cannot come, and one on an entity that holds n asks the SDK for at most n."""

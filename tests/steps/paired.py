@@ -110,14 +110,17 @@ class Pairing:
         self.peekers[path] = self.secondary.receiver(path)
         return self.secondary.peek(self.peekers[path], 250, 1)
 
-    def all_backlog_messages(self) -> list[Received]:
-        """What every backlog queue holds; the receivers not opened yet are opened side by side
+    def backlog_by_index(self) -> list[list[Received]]:
+        """What each backlog queue holds; the receivers not opened yet are opened side by side
         (each takes about half a second through the SDK, whose open waits 50 ms a frame)."""
         missing = [p for p in map(self.backlog_path, self.backlog_indexes()) if p not in self.peekers]
         if len(missing) > 1:
             with ThreadPoolExecutor(len(missing)) as pool:
                 self.peekers.update(zip(missing, pool.map(self.secondary.receiver, missing)))
-        return [m for i in self.backlog_indexes() for m in self.backlog_messages(i)]
+        return [self.backlog_messages(i) for i in self.backlog_indexes()]
+
+    def all_backlog_messages(self) -> list[Received]:
+        return [m for held in self.backlog_by_index() for m in held]
 
     def backlog_copy(self, message_id: str) -> Received:
         for m in self.all_backlog_messages():
@@ -427,8 +430,7 @@ def each_client_one_queue(pairing: Pairing) -> None:
 
 @step(r"every backlog queue holds at least one message")
 def every_backlog_queue_used(pairing: Pairing) -> None:
-    pairing.all_backlog_messages()  # their receivers opened side by side
-    empty = [i for i in pairing.backlog_indexes() if not pairing.backlog_messages(i)]
+    empty = [i for i, held in enumerate(pairing.backlog_by_index()) if not held]
     assert not empty, f"backlog queues {empty} hold nothing"
 
 
