@@ -125,3 +125,37 @@ def test_the_paired_secondary_is_provisioned_through_its_rest_api_too() -> None:
         for other in others:
             other.close()
         target.close()
+
+
+def test_the_control_node_counts_what_a_receive_could_be_given_and_refuses_what_a_receive_would() -> None:
+    """``available`` (asked by the SDK target before a receive in virtual time): locked and
+    scheduled messages are not counted; a missing path, a topic, an unknown entity and a caller
+    with a wrong key are refused, and the node keeps answering."""
+    from sbconform.targets.proton_client import ControlClient
+
+    target = make_target("sdk", serve="true")
+    target.open()
+    try:
+        node = target._node()
+        queue, topic = target.create_queue("q", lock_duration=60_000), target.create_topic("t")
+        sender, receiver = target.sender(queue), target.receiver(queue)
+        target.send(sender, [Message(b"a", message_id="a"), Message(b"b", message_id="b")])
+        target.schedule(sender, [Message(b"later", message_id="later")], target.now() + 600_000)
+        assert node.call("available", path=queue) == {"count": 2}
+        assert [m.message_id for m in target.receive(receiver, 1)] == ["a"]
+        assert node.call("available", path=queue) == {"count": 1}
+        for body, code in (({}, ErrorCode.ARGUMENT_ERROR), ({"path": topic}, ErrorCode.INVALID_OPERATION),
+                           ({"path": "nowhere"}, ErrorCode.ENTITY_NOT_FOUND)):
+            with pytest.raises(ServiceBusError) as refused:
+                node.call("available", **body)
+            assert refused.value.code is code, (body, refused.value)
+        stranger = ControlClient("127.0.0.1", target.port, "RootManageSharedAccessKey", "not-the-key")
+        try:
+            with pytest.raises(ServiceBusError) as unauthorised:
+                stranger.call("available", path=queue)
+            assert unauthorised.value.code is ErrorCode.UNAUTHORIZED
+        finally:
+            stranger.close()
+        assert node.call("available", path=queue) == {"count": 1}
+    finally:
+        target.close()
