@@ -29,6 +29,7 @@ from typing import Any
 
 from ..server.config import DEFAULT_KEY as KEY, DEFAULT_KEY_NAME as KEY_NAME  # Microsoft's emulator's defaults, and ours
 from .sdk import SdkTarget
+from .sdk_clock import OPEN_POLL_MS
 
 CONFIG_IN_CONTAINER = "/ServiceBus_Emulator/ConfigFiles/Config.json"
 
@@ -92,6 +93,7 @@ class ContainerTarget(SdkTarget):
         env: str = "",
         control: str | None = None,
         prefix: str = "",
+        open_poll_ms: str | float = OPEN_POLL_MS,
     ) -> None:
         from ..containers import SERVE_IMAGE
 
@@ -106,7 +108,8 @@ class ContainerTarget(SdkTarget):
             raise ValueError(f"env={env!r}: expected NAME=VALUE,NAME=VALUE")
         self.container_env = tuple((name.strip(), value) for name, _, value in pairs)
         placeholder = f"Endpoint=sb://localhost;SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};UseDevelopmentEmulator=true;"
-        super().__init__(connection_string=placeholder, control=control or ("auto" if _ours(self.image) else "none"), prefix=prefix)
+        super().__init__(connection_string=placeholder, control=control or ("auto" if _ours(self.image) else "none"), prefix=prefix,
+                         open_poll_ms=open_poll_ms)
         self.connection_string = None  # known once the container runs
 
     def describe(self) -> dict[str, Any]:

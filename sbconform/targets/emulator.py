@@ -37,6 +37,7 @@ from typing import Any
 from ..emulator import DOCUMENTED_LIMITATIONS, OVERVIEW_URL
 from .base import PEEK_LOCK
 from .sdk import CAPABILITIES, LACKING, SdkTarget
+from .sdk_clock import OPEN_POLL_MS
 
 #: what the emulator documents it lacks (one table: sbconform.emulator.DOCUMENTED_LIMITATIONS, which
 #: also writes expectations/microsoft-emulator.toml), and what no emulator offers a test (fault injection)
@@ -94,6 +95,7 @@ class EmulatorTarget(SdkTarget):
         env: str = "",
         amqp_port: str | int | None = None,
         http_port: str | int | None = None,
+        open_poll_ms: str | float = OPEN_POLL_MS,
     ) -> None:
         from ..emulator import AMQP_PORT, DEFAULT_SQL_PASSWORD, EMULATOR_IMAGE, HTTP_PORT, SQL_IMAGE
 
@@ -130,7 +132,7 @@ class EmulatorTarget(SdkTarget):
         if any(not k for k, _ in self.env):
             raise ValueError(f"env={env!r}: NAME=VALUE,...")
         # the emulator has no $sbconform node: the SDK target provisions through its management API
-        super().__init__(connection_string=placeholder, control="none", prefix=prefix)
+        super().__init__(connection_string=placeholder, control="none", prefix=prefix, open_poll_ms=open_poll_ms)
         self.management = control in ("auto", "admin")
         self.config_mode = control == "config"
         self.plan_path = plan

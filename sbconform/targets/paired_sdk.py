@@ -52,7 +52,8 @@ def paired_namespace(target: "SdkTarget") -> "SdkTarget":
         connection_string, rest_port = server.connection_string, server.http_port
     else:
         connection_string = target.secondary_connection_string
-    secondary = SdkTarget(connection_string=connection_string, control=target.control_mode, prefix=target.prefix)
+    secondary = SdkTarget(connection_string=connection_string, control=target.control_mode, prefix=target.prefix,
+                          open_poll_ms=target.open_poll_ms)
     secondary.capabilities, secondary.lacking = target.capabilities, target.lacking
     secondary.rest_port = rest_port  # the backlog queues are created through its management REST API
     # with virtual time, the secondary endpoint's clock is moved on with the primary's (share_clock)
