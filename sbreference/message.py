@@ -71,7 +71,8 @@ def message_size(message: Message) -> int:
     size = message._size
     if size >= 0:
         return size
-    strings = (
+    size = MESSAGE_OVERHEAD + len(message.body)
+    for value in (
         message.message_id,
         message.session_id,
         message.partition_key,
@@ -81,13 +82,9 @@ def message_size(message: Message) -> int:
         message.to,
         message.reply_to,
         message.reply_to_session_id,
-    )
-    try:
-        text = "".join(filter(None, strings))  # one pass over the properties that are set
-    except TypeError:  # a property that is not a string (bytes): measured one by one
-        size = MESSAGE_OVERHEAD + len(message.body) + sum(_value_size(v) for v in strings)
-    else:
-        size = MESSAGE_OVERHEAD + len(message.body) + (len(text) if text.isascii() else len(text.encode("utf-8")))
+    ):
+        if value is not None:  # an ASCII string is its length; anything else is measured (bytes, UTF-8)
+            size += len(value) if value.__class__ is str and value.isascii() else _value_size(value)
     if message.time_to_live is not None:
         size += 8
     if message.scheduled_enqueue_time is not None:
