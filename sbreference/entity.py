@@ -161,22 +161,30 @@ class Entity:
         return sizes
 
     def accept(self, messages: list[Message], now: int) -> list[int | None]:
-        """SETTLE-SEND-001: accept a message or a batch; returns sequence numbers.
+        """SETTLE-SEND-001: accept a message or a batch (all or none); returns sequence numbers.
 
         ``None`` marks a message accepted but dropped as a duplicate (SETTLE-DUP-001).
         """
+        if len(messages) == 1:
+            return [self.accept_one(messages[0], now)]
         if self.schedule_order:
             self.tick(now)
-        if len(messages) == 1:
-            message = messages[0]
-            size = self.check_one(message, now)
-            if self.duplicates is None and message.scheduled_enqueue_time is None:  # the usual send
-                self.last_sequence_number = seq = self.last_sequence_number + 1
-                self.deliver(message, seq, now, size)
-                return [seq]
-            sizes = [size]
-        else:
-            sizes = self.check(messages, now)
+        return self._accept_checked(messages, self.check(messages, now), now)
+
+    def accept_one(self, message: Message, now: int) -> int | None:
+        """``accept`` for one message: its sequence number (``None``: a duplicate)."""
+        if self.schedule_order:
+            self.tick(now)
+        size = self.check_one(message, now)
+        if self.duplicates is None and message.scheduled_enqueue_time is None:  # the usual send
+            self.last_sequence_number = seq = self.last_sequence_number + 1
+            self.deliver(message, seq, now, size)
+            return seq
+        return self._accept_checked([message], [size], now)[0]
+
+    def _accept_checked(self, messages: list[Message], sizes: list[int], now: int) -> list[int | None]:
+        """Messages that passed ``check``: each is a duplicate (SETTLE-DUP-001), held until its
+        scheduled time (SETTLE-SCHED-001) or delivered now with the next sequence number."""
         out: list[int | None] = []
         duplicates = self.duplicates
         for message, size in zip(messages, sizes):

@@ -101,7 +101,6 @@ class Namespace(Provisioning):
         ``None`` for a message dropped as a duplicate. On a partitioned entity ``choose``
         picks among ``allowed_partitions`` (default: round-robin)."""
         self.billed_operations += 1
-        batch = [messages] if isinstance(messages, Message) else list(messages)
         route = self._routes.get(path)
         # A cached route is an entity that answers now (faulted ones are never cached);
         # with no store it is the queue or topic itself: what a sender may address.
@@ -110,9 +109,13 @@ class Namespace(Provisioning):
         else:
             entity = self._sending_entity(path)
             refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001 (never cached)
+        if isinstance(messages, Message):
+            if choose is not None:
+                return [entity.accept_one(messages, self.clock.now, choose)]
+            return [entity.accept_one(messages, self.clock.now)]
         if choose is not None:
-            return entity.accept(batch, self.clock.now, choose)
-        return entity.accept(batch, self.clock.now)
+            return entity.accept(list(messages), self.clock.now, choose)
+        return entity.accept(list(messages), self.clock.now)
 
     def allowed_partitions(self, path: str, message: Message) -> list[int]:
         """Where a send of ``message`` may land now (an error if nowhere: PART-KEY-008)."""

@@ -177,34 +177,44 @@ class PartitionedEntity(Entity):
     def accept(self, messages: list[Message], now: int, choose: Chooser | None = None) -> list[int | None]:
         """A batch is one transfer and goes to one partition: its messages must share a
         partition key (or all have none)."""
+        if len(messages) == 1:
+            return [self.accept_one(messages[0], now, choose)]
         if self.schedule_order:
             self.tick(now)
         detection = self.description.requires_duplicate_detection
-        if len(messages) == 1:
-            m = messages[0]
-            sizes = [self.check_one(m, now)]
-            if m.session_id is None and m.partition_key is None and not detection:
-                if choose is None and m.scheduled_enqueue_time is None:  # the common case, unkeyed
-                    index = self.rotation
-                    if not self.available[index]:
-                        index = self._default_partition(None)
-                    self.rotation = (index + 1) % self.partition_count
-                    self.counters[index] = n = self.counters[index] + 1
-                    seq = (index << SEQUENCE_BITS) | n  # sequence_number(index, n)
-                    self.deliver_to(index, m, seq, now, sizes[0])
-                    return [seq]
-                keys = {None}
-            else:
-                keys = {partition_key(m, detection)}
-        else:
-            sizes = self.check(messages, now)
-            keys = {partition_key(m, detection) for m in messages}
+        sizes = self.check(messages, now)
+        keys = {partition_key(m, detection) for m in messages}
         if len(keys) > 1:
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION,
                 "All messages of a batch sent to a partitioned entity must have the same partition key.",
             )
-        index = self._choose(keys.pop(), choose)
+        return self._accept_in(self._choose(keys.pop(), choose), messages, sizes, now)
+
+    def accept_one(self, message: Message, now: int, choose: Chooser | None = None) -> int | None:
+        """``accept`` for one message: its sequence number (``None``: a duplicate)."""
+        if self.schedule_order:
+            self.tick(now)
+        detection = self.description.requires_duplicate_detection
+        size = self.check_one(message, now)
+        if message.session_id is None and message.partition_key is None and not detection:
+            if choose is None and message.scheduled_enqueue_time is None:  # the common case, unkeyed (PART-NOKEY-001)
+                index = self.rotation
+                if not self.available[index]:
+                    index = self._default_partition(None)
+                self.rotation = (index + 1) % self.partition_count
+                self.counters[index] = n = self.counters[index] + 1
+                seq = (index << SEQUENCE_BITS) | n  # sequence_number(index, n)
+                self.deliver_to(index, message, seq, now, size)
+                return seq
+            key = None
+        else:
+            key = partition_key(message, detection)
+        return self._accept_in(self._choose(key, choose), [message], [size], now)[0]
+
+    def _accept_in(self, index: int, messages: list[Message], sizes: list[int], now: int) -> list[int | None]:
+        """Checked messages, in partition ``index``: each a duplicate there (PART-DUP-001), held
+        until its time, or delivered with the partition's next number."""
         out: list[int | None] = []
         for message, size in zip(messages, sizes):
             if self._is_duplicate(index, message, now):
