@@ -61,6 +61,10 @@ def _value_size(value: Any) -> int:
     return len(str(value).encode("utf-8"))
 
 
+#: Writes a message's measured size on it (the slot's own setter: a frozen Message refuses setattr).
+_keep_size = Message.__dict__["_size"].__set__
+
+
 def message_size(message: Message) -> int:
     """The model's size of a message in bytes, measured once per message (then kept on it).
 
@@ -92,7 +96,7 @@ def message_size(message: Message) -> int:
     if message.application_properties:
         for key, value in message.application_properties.items():
             size += len(key.encode("utf-8")) + _value_size(value)
-    object.__setattr__(message, "_size", size)
+    _keep_size(message, size)
     return size
 
 
