@@ -41,9 +41,33 @@ def test_set_again_it_changes_the_poll_and_50_is_the_sdks_own(slept) -> None:
     set_open_poll(2)
     set_open_poll(10)
     sdk_sender.time.sleep(0.05)
-    set_open_poll(50)
+    assert set_open_poll(50) == []
+    assert sdk_sender.time is time and sdk_receiver.time is time  # the SDK's own modules, untouched
     sdk_sender.time.sleep(0.05)
     assert slept == [0.01, 0.05]
+
+
+def test_an_application_keeps_the_sdks_own_poll(monkeypatch) -> None:
+    """PairedNamespaceSender and set_entity_available run in an application's process: the SDK
+    there stays as it is."""
+    from sbconform.paired.application import PairedNamespaceSender, set_entity_available
+
+    polls: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def open_(self) -> None:
+        polls.append(self.open_poll_ms)
+        raise Stop
+
+    monkeypatch.setattr(SdkTarget, "open", open_)
+    cs = "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+    with pytest.raises(Stop):
+        PairedNamespaceSender.from_connection_strings(cs, cs)
+    with pytest.raises(Stop):
+        set_entity_available(cs, "q", False)
+    assert polls == [50, 50]
 
 
 @pytest.mark.parametrize("value", ["fast", "-1", "5000", ""])

@@ -126,11 +126,13 @@ class PairedNamespaceSender:
         control: str = "auto",
     ) -> "PairedNamespaceSender":
         from ..targets.sdk import SdkTarget
+        from ..targets.sdk_clock import SDK_OPEN_POLL
 
         targets = []
         try:
             for connection_string in (primary, secondary):
-                target = SdkTarget(connection_string=connection_string, control=control)
+                # an application's process: the SDK's own open poll (the kit's 2 ms is for certification)
+                target = SdkTarget(connection_string=connection_string, control=control, open_poll_ms=SDK_OPEN_POLL * 1000)
                 target.open()
                 # the clock is Unix milliseconds, so times written in a backlog queue mean the
                 # same instant to a syphon in another process
@@ -214,8 +216,9 @@ def set_entity_available(connection_string: str, entity: str, available: bool) -
     operation on it fails with com.microsoft:entity-disabled) or bring it back, through the
     server's control node."""
     from ..targets.sdk import SdkTarget
+    from ..targets.sdk_clock import SDK_OPEN_POLL
 
-    target = SdkTarget(connection_string=connection_string, control="amqp")
+    target = SdkTarget(connection_string=connection_string, control="amqp", open_poll_ms=SDK_OPEN_POLL * 1000)
     target.open()
     try:
         if available:

@@ -66,10 +66,13 @@ class _PollingTime:
 
 
 def set_open_poll(poll_ms: float) -> list[str]:
-    """Make the SDK's open poll last ``poll_ms`` milliseconds in this process (50: the SDK's own);
-    returns the modules changed. A version of the SDK without one of these modules keeps its own."""
+    """Make the SDK's open poll last ``poll_ms`` milliseconds in this process; 50, the SDK's own,
+    gives the modules their ``time`` back. Returns the modules whose poll is not the SDK's own. A
+    version of the SDK without one of these modules, or whose module is not as we know it, keeps
+    its own."""
     import importlib
 
+    own = poll_ms / 1000 == SDK_OPEN_POLL
     changed = []
     for name in POLLING_MODULES:
         try:
@@ -77,12 +80,15 @@ def set_open_poll(poll_ms: float) -> list[str]:
         except ImportError:
             continue
         current = getattr(module, "time", None)
+        if not isinstance(current, _PollingTime) and current is not time:
+            continue  # not the module we know: left as it is
+        if own:
+            module.time = time
+            continue
         if isinstance(current, _PollingTime):
             current.poll = poll_ms / 1000
-        elif current is time:
-            module.time = _PollingTime(poll_ms / 1000)
         else:
-            continue  # not the module we know: left as it is
+            module.time = _PollingTime(poll_ms / 1000)
         changed.append(name)
     return changed
 
