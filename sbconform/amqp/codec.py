@@ -189,8 +189,12 @@ def sections(data: bytes | memoryview) -> list[tuple[int, int, int, int]]:
     while pos < n:
         if data[pos] != 0x00:
             raise WireError(f"byte {pos}: expected a message section, found 0x{data[pos]:02x}")
-        kind, descriptor, value_at = read_typed(data, pos + 1)
-        code = _SYMBOLIC.get(descriptor) if kind == "symbol" else descriptor
+        if pos + 2 < n and data[pos + 1] == 0x53:  # a small-ulong descriptor: how every SDK writes them
+            descriptor = code = data[pos + 2]
+            value_at = pos + 3
+        else:
+            kind, descriptor, value_at = read_typed(data, pos + 1)
+            code = _SYMBOLIC.get(descriptor) if kind == "symbol" else descriptor
         if not isinstance(code, int) or not HEADER <= code <= FOOTER:
             raise WireError(f"byte {pos}: {descriptor!r} is not a message section")
         end = skip(data, value_at)
@@ -207,6 +211,9 @@ def _entries(data, pos: int) -> list[tuple[Any, bytes]]:
         key = read(raw[i], 0)[0]
         out.append((key, raw[i] + raw[i + 1]))
     return out
+
+
+_NULL = ("null", None)  # (type name, value) of a null field
 
 
 def _text(kind: str, value: Any) -> str | None:
@@ -231,7 +238,8 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
 
 
 def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) -> ModelMessage:
-    data = memoryview(data) if not isinstance(data, memoryview) else data
+    if not isinstance(data, bytes):  # (slices of bytes are bytes: each field is copied out once)
+        data = bytes(data)
     durable, priority = b"\x42", b"\x40"
     ttl = None
     delivery_annotations = footer = application_section = b""
@@ -272,8 +280,8 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
             props = v.elements(data, at) if data[at] != 0x45 else []
             for index in (MESSAGE_ID, TO, SUBJECT, REPLY_TO, CORRELATION_ID, CONTENT_TYPE, GROUP_ID, REPLY_TO_GROUP_ID):
                 if index < len(props):
-                    kind, value, _ = read_typed(props[index], 0)
-                    fields[index] = (kind, value)
+                    raw = props[index]
+                    fields[index] = _NULL if raw == b"\x40" else read_typed(raw, 0)[:2]
         elif code == APPLICATION_PROPERTIES:
             application_section = bytes(data[start:end])
             application = []

@@ -224,10 +224,12 @@ def _bounds(buf, pos: int) -> list[int]:
     end = skip(buf, pos)
     out = [first]
     p = first
+    fixed = _FIXED.get
     for _ in range(count):
         if p >= end:
             raise WireError("a compound value shorter than its count")
-        p = skip(buf, p)
+        width = fixed(buf[p])  # (a fixed-width element is stepped over here: most of a properties list is nulls)
+        p = p + width if width is not None else skip(buf, p)
         out.append(p)
     if p > end:
         raise WireError("a compound value longer than its size")
@@ -237,7 +239,9 @@ def _bounds(buf, pos: int) -> list[int]:
 def elements(buf, pos: int) -> list[bytes]:
     """The raw encodings of the elements of the list or map at ``pos``."""
     b = _bounds(buf, pos)
-    return [bytes(buf[b[i]:b[i + 1]]) for i in range(len(b) - 1)]
+    if isinstance(buf, bytes):  # (a slice of bytes is already bytes)
+        return [buf[start:end] for start, end in zip(b, b[1:])]
+    return [bytes(buf[start:end]) for start, end in zip(b, b[1:])]
 
 
 # ------------------------------------------------------------------ writing
