@@ -14,7 +14,8 @@ import socket
 import time
 from typing import Any, Callable
 
-from cproton import isnull, pn_collector_peek, pn_collector_pop, pn_event_delivery, pn_event_type, pn_event_type_name
+from cproton import (isnull, pn_collector_peek, pn_collector_pop, pn_event_delivery, pn_event_type, pn_event_type_name,
+                     pn_transport_pending)
 from proton import Delivery, Endpoint, Event
 
 from sbreference import ServiceBusError
@@ -219,7 +220,15 @@ class ConnectionLoop:
         state.events = events
 
     def _flush_all(self) -> None:
+        """After each turn of the loop, every connection with something to do: input proton
+        has not taken yet, events not handled, output framed or to frame (``_serve`` queued
+        deliveries, a disposition answered), or a throttle or close to follow up. The others,
+        most of them on a busy server, cost a look at the C level."""
         for state in list(self.conns.values()):
+            if not (state.unpushed or state.throttled or state.closing or state.events != selectors.EVENT_READ
+                    or not isnull(pn_collector_peek(state.collector._impl))
+                    or pn_transport_pending(state.transport._impl) != 0):
+                continue  # what _push, _events and _flush would find: nothing to do
             if state.unpushed:
                 self._guard(state, self._push, state)
             self._guard(state, self._events, state)
