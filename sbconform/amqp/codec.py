@@ -361,6 +361,12 @@ def header(durable: bytes, priority: bytes, ttl: int | None, delivery_count: int
     return v.described(HEADER, v.list_(fields))
 
 
+#: the keys of the annotations the broker sets, encoded once
+_SEQUENCE_NUMBER_KEY, _ENQUEUED_TIME_KEY, _LOCKED_UNTIL_KEY, _MESSAGE_STATE_KEY, _SCHEDULED_KEY, _DEADLETTER_SOURCE_KEY, _PARTITION_ID_KEY = (
+    v.symbol(key) for key in (X_SEQUENCE_NUMBER, X_ENQUEUED_TIME, X_LOCKED_UNTIL, X_MESSAGE_STATE, X_SCHEDULED,
+                              X_DEADLETTER_SOURCE, X_PARTITION_ID))
+
+
 def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     """A delivery (``sbreference.Delivery``) as Service Bus sends it to a receiver or a peek.
     ``lock_token``: the message is delivered under a lock (peeks carry no locked-until)."""
@@ -373,35 +379,20 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     if env.delivery_annotations:
         out.append(env.delivery_annotations)
     entries = [raw for _key, raw in env.annotations]
-    entries.append(v.symbol(X_SEQUENCE_NUMBER) + v.long(d.sequence_number))
-    entries.append(v.symbol(X_ENQUEUED_TIME) + v.timestamp(epoch_ms + d.enqueued_time))
+    entries.append(_SEQUENCE_NUMBER_KEY + v.long(d.sequence_number))
+    entries.append(_ENQUEUED_TIME_KEY + v.timestamp(epoch_ms + d.enqueued_time))
     if lock_token and d.locked_until is not None:
-        entries.append(v.symbol(X_LOCKED_UNTIL) + v.timestamp(epoch_ms + d.locked_until))
-    entries.append(v.symbol(X_MESSAGE_STATE) + v.int32(MESSAGE_STATES.get(str(d.state), 0)))
+        entries.append(_LOCKED_UNTIL_KEY + v.timestamp(epoch_ms + d.locked_until))
+    entries.append(_MESSAGE_STATE_KEY + v.int32(MESSAGE_STATES.get(d.state, 0)))  # (a State is a str: its value)
     if m.scheduled_enqueue_time is not None:
-        entries.append(v.symbol(X_SCHEDULED) + v.timestamp(epoch_ms + m.scheduled_enqueue_time))
+        entries.append(_SCHEDULED_KEY + v.timestamp(epoch_ms + m.scheduled_enqueue_time))
     if d.dead_letter_source is not None:
-        entries.append(v.symbol(X_DEADLETTER_SOURCE) + v.string(d.dead_letter_source))
+        entries.append(_DEADLETTER_SOURCE_KEY + v.string(d.dead_letter_source))
     if d.partition is not None:
-        entries.append(v.symbol(X_PARTITION_ID) + v.short(d.partition))
+        entries.append(_PARTITION_ID_KEY + v.short(d.partition))
     out.append(v.described(MESSAGE_ANNOTATIONS, v.map_entries(entries)))
-    props = list(env.properties) if env.properties is not None else []
-    message_id = m.message_id if m.message_id is not None else env.assigned_message_id
-    if message_id is not None and (not props or props[MESSAGE_ID] == b"\x40"):
-        if props:
-            props[MESSAGE_ID] = v.string(message_id)  # assigned by the broker
-        else:
-            props = [v.string(message_id)]
-    if env.texts:  # what a rule action changed is written anew (RULES-ACT-*); the rest as sent
-        decoded = dict(env.texts)
-        for index, attr in MODEL_FIELDS:
-            value = getattr(m, attr, None)
-            if index == MESSAGE_ID or value == decoded.get(index):
-                continue
-            while len(props) <= index:
-                props.append(v.null())
-            props[index] = v.null() if value is None else (v.symbol(value) if index == CONTENT_TYPE else v.string(value))
-    if props or env.properties is not None:
+    props = _properties(m, env)
+    if props is not None:
         out.append(v.described(PROPERTIES, v.list_(props)))
     extra = {}
     if d.dead_letter_reason is not None:
@@ -429,6 +420,27 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     if env.footer:
         out.append(env.footer)
     return b"".join(out)
+
+
+def _properties(m: ModelMessage, env: Envelope) -> list[bytes] | None:
+    """The fields of the properties section the message goes out with (None: no section)."""
+    props = list(env.properties) if env.properties is not None else []
+    message_id = m.message_id if m.message_id is not None else env.assigned_message_id
+    if message_id is not None and (not props or props[MESSAGE_ID] == b"\x40"):
+        if props:
+            props[MESSAGE_ID] = v.string(message_id)  # assigned by the broker
+        else:
+            props = [v.string(message_id)]
+    if env.texts:  # what a rule action changed is written anew (RULES-ACT-*); the rest as sent
+        decoded = dict(env.texts)
+        for index, attr in MODEL_FIELDS:
+            value = getattr(m, attr, None)
+            if index == MESSAGE_ID or value == decoded.get(index):
+                continue
+            while len(props) <= index:
+                props.append(v.null())
+            props[index] = v.null() if value is None else (v.symbol(value) if index == CONTENT_TYPE else v.string(value))
+    return props if props or env.properties is not None else None
 
 
 def _data_prefix(n: int) -> bytes:
