@@ -19,6 +19,7 @@ sender set none. ``sbspec/wire.md`` gives the source of each of these facts.
 
 from __future__ import annotations
 
+import operator
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -163,6 +164,7 @@ class Envelope:
     delivery_annotations: bytes = b""  # the whole section, or nothing
     annotations: tuple[tuple[str, bytes], ...] = ()  # (key, raw key + value) the sender set
     properties: tuple[bytes, ...] | None = None  # raw fields of the properties list; None: no section
+    properties_section: bytes = b""  # the whole section as sent, when writing ``properties`` again gives these bytes
     application: tuple[tuple[str, bytes], ...] | None = None  # (key, raw key + value); None: no section
     application_section: bytes = b""  # the whole application-properties section as sent
     body: bytes = b""  # the body sections; b"": the message had none (unless data_body)
@@ -245,6 +247,7 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
     delivery_annotations = footer = application_section = b""
     annotations: list[tuple[str, bytes]] = []
     props: list[bytes] | None = None
+    properties_section = b""
     application: list[tuple[str, bytes]] | None = None
     app_values: dict[str, Any] = {}
     body_parts: list[bytes] = []
@@ -282,6 +285,9 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
                 if index < len(props):
                     raw = props[index]
                     fields[index] = _NULL if raw == b"\x40" else read_typed(raw, 0)[:2]
+            if data[start + 1] == 0x53 and at == start + 3 and data[at] == 0xC0 and sum(map(len, props)) == end - at - 3:
+                # a small-ulong descriptor, a list8 and nothing after its last field: as encode writes it
+                properties_section = data[start:end]
         elif code == APPLICATION_PROPERTIES:
             application_section = bytes(data[start:end])
             application = []
@@ -321,7 +327,7 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
                  and bytes(data[body_parts[0][1]:body_parts[0][2] - len(model_body[0])]) == _data_prefix(len(model_body[0])))
     envelope = Envelope(
         durable=durable, priority=priority, delivery_annotations=delivery_annotations,
-        annotations=tuple(annotations), properties=None if props is None else tuple(props),
+        annotations=tuple(annotations), properties=None if props is None else tuple(props), properties_section=properties_section,
         application=None if application is None else tuple(application), application_section=application_section,
         body=b"" if data_body else b"".join(bytes(data[a:b]) for _, a, b in body_parts), data_body=data_body, footer=footer,
         texts=tuple([(index, _model_text(index, text(index))) for index, _ in MODEL_FIELDS]),
@@ -391,9 +397,12 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     if d.partition is not None:
         entries.append(_PARTITION_ID_KEY + v.short(d.partition))
     out.append(v.described(MESSAGE_ANNOTATIONS, v.map_entries(entries)))
-    props = _properties(m, env)
-    if props is not None:
-        out.append(v.described(PROPERTIES, v.list_(props)))
+    if env.properties_section and env.properties[MESSAGE_ID] != b"\x40" and env.texts == _texts_of(m):
+        out.append(env.properties_section)  # as sent: nothing to assign, nothing changed since
+    else:
+        props = _properties(m, env)
+        if props is not None:
+            out.append(v.described(PROPERTIES, v.list_(props)))
     extra = {}
     if d.dead_letter_reason is not None:
         extra[DEAD_LETTER_REASON] = d.dead_letter_reason
@@ -420,6 +429,15 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     if env.footer:
         out.append(env.footer)
     return b"".join(out)
+
+
+_MODEL_INDEXES = tuple(index for index, _ in MODEL_FIELDS)
+_model_values = operator.attrgetter(*(attr for _, attr in MODEL_FIELDS))
+
+
+def _texts_of(m: ModelMessage) -> tuple[tuple[int, Any], ...]:
+    """The message's values of the properties fields the model reads, as ``Envelope.texts`` holds them."""
+    return tuple(zip(_MODEL_INDEXES, _model_values(m)))
 
 
 def _properties(m: ModelMessage, env: Envelope) -> list[bytes] | None:
