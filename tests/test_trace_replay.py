@@ -250,6 +250,36 @@ def test_beyond_the_search_bound_the_answer_is_unknown_never_a_violation():
     assert result["status"] == "unknown" and "search bound" in result["reason"]
 
 
+
+def test_a_window_longer_than_the_recursion_limit_is_searched():
+    """One receive overlaps the 1,400 operations after it (it completes last, with the first
+    message): the search goes as deep as the window is long, past Python's recursion limit."""
+    t = Trace()
+    t.send(2, 1)
+    t.op(3, "receive", "c9", args=RECV)
+    op = iter(range(10, 10_000))
+    for i in range(2, 702):
+        t.send(next(op), i)
+        t.op(r := next(op), "receive", "c1", args=RECV)
+        t.done(r, "receive", "c1", deliveries=[delivery(i, f"L{i}")])
+    t.done(3, "receive", "c9", deliveries=[delivery(1, "L1")])
+    assert t.check(bound=5000)["status"] == "valid"
+    result = t.check(bound=500)
+    assert result["status"] == "unknown" and "search bound" in result["reason"]
+
+
+def test_an_operation_that_never_completes_before_a_long_trace_is_unknown_not_a_crash():
+    t = Trace()
+    t.op(2, "receive", "c9", args=RECV)  # never completes: its outcome is unknown
+    op = iter(range(10, 10_000))
+    for i in range(1, 701):
+        t.send(next(op), i)
+        t.op(r := next(op), "receive", "c1", args=RECV)
+        t.done(r, "receive", "c1", deliveries=[delivery(i, f"L{i}")])
+    result = t.check()
+    assert result["status"] == "unknown" and "search bound" in result["reason"]
+
+
 @pytest.mark.parametrize("redelivered", [True, False])
 def test_an_unknown_outcome_is_tried_both_ways(redelivered):
     t = Trace()

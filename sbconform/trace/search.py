@@ -16,6 +16,7 @@ Each piece stops at its first violation, named with the clause it breaks.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from .checker import (
@@ -217,42 +218,65 @@ class PieceChecker:
         self.cands = [_Cand(state) for state in self._search(starts, window, failed)]
 
     def _search(self, starts: list[PieceModel], ops: list[_Op], failed: Violation | None) -> list[PieceModel]:
-        """Every order of ``ops`` their intervals allow, from each start state."""
+        """Every order of ``ops`` their intervals allow, from each start state: a depth-first
+        search over (operation, happened or not) choices, in the order of ``ops`` (completion
+        order, so the first order tried is the fast path's). Iterative, so a window longer than
+        Python's recursion limit is searched like any other; a state is copied only for a choice
+        that is not its node's last (the last one takes the node's own state, which nothing
+        needs afterwards)."""
         n = len(ops)
-        before = [[j for j in range(n) if j != i and ops[j].done_at is not None and ops[j].done_at < ops[i].inv[POS]]
-                  for i in range(n)]
+        full = (1 << n) - 1
+        # ops[j] must come before ops[i] if it completed before ops[i] was invoked
+        completed = sorted((op.done_at, j) for j, op in enumerate(ops) if op.done_at is not None)
+        done_at = [d for d, _ in completed]
+        prefix = [0]
+        for _, j in completed:
+            prefix.append(prefix[-1] | (1 << j))
+        before = [prefix[bisect_left(done_at, op.inv[POS])] for op in ops]
         infos = [not op.comps or op.comps[0][PHASE] == "info" for op in ops]
         collect_all = any(infos)
         found: list[PieceModel] = []
-        budget = [self.search_bound]
+        budget = self.search_bound
         failures: list[tuple[int, int, Violation]] = []  # (ops applied before, not an ordering kind, violation)
 
-        def dfs(state: PieceModel, done: int) -> bool:
-            if done == (1 << n) - 1:
-                found.append(state)
-                return not collect_all
+        def choices(done: int) -> list[tuple[int, bool]]:
+            out = []
             for i in range(n):
-                if done & (1 << i) or any(not done & (1 << j) for j in before[i]):
-                    continue
-                branches = (True, False) if infos[i] else (True,)
-                for happen in branches:
-                    budget[0] -= 1
-                    if budget[0] < 0:
-                        raise Undecidable(f"{n} overlapping operations (pos {ops[0].inv[POS]}..{ops[-1].done_at}) "
-                                          f"exceed the search bound of {self.search_bound} steps")
-                    nxt = state.clone()
-                    if happen:
-                        try:
-                            nxt.apply(ops[i].inv, [] if infos[i] else ops[i].comps, check=not infos[i])
-                        except Violation as v:
-                            failures.append((bin(done).count("1"), v.watch is None, v))
-                            continue
-                    if dfs(nxt, done | (1 << i)):
-                        return True
-            return False
+                if not done & (1 << i) and done & before[i] == before[i]:
+                    out.append((i, True))
+                    if infos[i]:
+                        out.append((i, False))
+            return out
 
         for start in starts:  # each possible state before the window: its first fitting order
-            dfs(start, 0)
+            # a node: (its state, the operations applied, its choices, the next choice to try)
+            stack = [[start, 0, choices(0), 0]]
+            while stack:
+                node = stack[-1]
+                state, done, options, k = node
+                if k == len(options):
+                    stack.pop()
+                    continue
+                node[3] = k + 1
+                i, happen = options[k]
+                budget -= 1
+                if budget < 0:
+                    raise Undecidable(f"{n} overlapping operations (pos {ops[0].inv[POS]}..{ops[-1].done_at}) "
+                                      f"exceed the search bound of {self.search_bound} steps")
+                nxt = state if k + 1 == len(options) else state.clone()
+                if happen:
+                    try:
+                        nxt.apply(ops[i].inv, [] if infos[i] else ops[i].comps, check=not infos[i])
+                    except Violation as v:
+                        failures.append((bin(done).count("1"), v.watch is None, v))
+                        continue
+                after = done | (1 << i)
+                if after == full:
+                    found.append(nxt)
+                    if not collect_all:
+                        break
+                    continue
+                stack.append([nxt, after, choices(after), 0])
             if collect_all:
                 found[:] = distinct(found)
             if len(found) > MAX_CANDIDATES:
