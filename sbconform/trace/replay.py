@@ -45,14 +45,37 @@ def result_schema():
     return pa.schema([pa.field(n, types[t]) for n, t in RESULT_FIELDS])
 
 
+#: String fields with few distinct values (clients, operations, phases, entities, argument
+#: texts, ...): read from Parquet dictionary-encoded, so each distinct value is decoded once
+#: per batch and every row holding it shares one string object (comparisons by identity).
+DICTIONARY_FIELDS = ("client", "conn", "op", "phase", "entity", "session", "partition_key", "args", "error")
+
+
+def column_values(column) -> list:
+    """One Arrow column as a Python list, converted column-wise (no per-value Arrow scalars):
+    a dictionary-encoded column decodes its dictionary once and indexes it."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(column.type):
+        values = np.array(column.dictionary.to_pylist() + [None], dtype=object)  # the last one stands for null
+        indices = column.indices
+        if indices.null_count:
+            indices = indices.fill_null(len(values) - 1)
+        return values[indices.to_numpy()].tolist()
+    if column.null_count == 0 and pa.types.is_integer(column.type):
+        return column.to_numpy().tolist()
+    return column.to_pylist()
+
+
 def rows_of(batch) -> Iterator[tuple]:
-    """Row tuples (FIELD_NAMES order) of an Arrow record batch, column-wise conversion."""
+    """Row tuples (FIELD_NAMES order) of an Arrow record batch, converted column-wise."""
     names = batch.schema.names
     n = batch.num_rows
     cols = []
     for name in FIELD_NAMES:
-        if name in names and name not in ("trace",):
-            cols.append(batch.column(names.index(name)).to_pylist())
+        if name in names and name != "trace":
+            cols.append(column_values(batch.column(names.index(name))))
         else:
             cols.append([None] * n)
     return zip(*cols)
@@ -221,7 +244,9 @@ def validate_batch(batch, where: str) -> None:
 def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(_open(path) if "://" in path else path)
+    source = _open(path) if "://" in path else path
+    present = pq.ParquetFile(source).schema_arrow.names
+    pf = pq.ParquetFile(source, read_dictionary=[n for n in DICTIONARY_FIELDS if n in present])
     # the trace id (the same on every row) is neither checked nor read by the checker: not decoded
     columns = [n for n in FIELD_NAMES if n in pf.schema_arrow.names and n != "trace"]
     for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
