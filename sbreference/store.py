@@ -337,9 +337,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
 
     def complete(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-COMP-001: the message is removed."""
-        msg = self.locked_message(now, holder, lock_token)
-        self._unlock(msg)
-        self._remove(msg, COMPLETED, "completed")
+        self._remove(self.locked_message(now, holder, lock_token), COMPLETED, "completed")  # its lock ends with it
 
     def abandon(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
         """SETTLE-ABAN-001: released at once, as a failed delivery; SETTLE-MOD-001: with the
@@ -454,9 +452,14 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
 
 
     def _remove(self, msg: StoredMessage, final: State, event: str, keep_bytes: bool = False) -> None:
-        """The copy leaves this store in state ``final``; the entity stops counting its bytes
-        unless it moves on within the entity (``keep_bytes``: to the dead-letter subqueue)."""
+        """The copy leaves this store in state ``final``, with its lock if it had one; the entity
+        stops counting its bytes unless it moves on within the entity (``keep_bytes``: to the
+        dead-letter subqueue)."""
         del self.messages[msg.sequence_number]
+        token = msg.lock_token
+        if token is not None:  # settled under its lock (complete): the lock ends (_unlock)
+            del self.locks[token]
+            msg.lock_token = msg.locked_until = msg.holder = None
         msg.state = final
         self.bytes -= msg.size
         if self.requires_session:
