@@ -14,6 +14,7 @@ and reading batches and writing results is ``sbconform.trace.replay``.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 from sbreference.clock import NEVER, TIMESPAN_MAX
@@ -219,7 +220,7 @@ class PieceModel:
         mode = args.get("mode", PEEK_LOCK)
         session = inv[SESSION] if inv[SESSION] is not None else args.get("session")
         holder = self._holder(inv)
-        dead_letter = (inv[ENTITY] or "").lower().endswith(DLQ_SUFFIX)
+        dead_letter = _is_dead_letter(inv[ENTITY])
         for row in comps:
             now = self._tick_time(row)
             seq = row[SEQ]
@@ -450,6 +451,12 @@ class PieceModel:
     def _nothing(self, inv, comps, check):
         if comps:
             self._tick_time(comps[0])
+
+
+@lru_cache(maxsize=4096)
+def _is_dead_letter(path: str | None) -> bool:
+    """Whether an entity path names a dead-letter subqueue (looked at once per path)."""
+    return (path or "").lower().endswith(DLQ_SUFFIX)
 
 
 _HANDLERS = {

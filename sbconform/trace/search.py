@@ -70,7 +70,10 @@ class _Cand:
             self.checkpoint()
 
     def before_window(self) -> PieceModel:
-        state = self.base.clone()
+        """The state when the current window began, rebuilt from the checkpoint. It takes the
+        checkpoint's own state, uncopied: a window searched gives new candidates, each with a
+        checkpoint of its own, and this one is not used again."""
+        state, self.base = self.base, None
         for inv, comps in self.log[: self.win_start]:
             state.apply(inv, comps, check=False)
         return state
