@@ -60,6 +60,16 @@ def _file_checker(search_bound: int):
     return run
 
 
+def _largest_first(files: list[str]) -> list[str]:
+    """Bucket files, largest first: Spark starts tasks in partition order as cores come free,
+    so the small files fill in at the end and the cores finish together (a large file
+    started last would leave the other cores idle while it runs). Remote files keep their
+    order (their sizes are not looked up)."""
+    if any(_is_remote(f) for f in files):
+        return files
+    return sorted(files, key=lambda f: -Path(f.removeprefix("file://")).stat().st_size)
+
+
 def spark_session(master: str | None, app: str = "sbconform-replay", extra: dict | None = None):
     from pyspark.sql import SparkSession
 
@@ -96,7 +106,7 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     spark = spark or spark_session(master)
     try:
         if where["layout"] == "by-piece" and reader == "arrow":  # tasks read their bucket files themselves
-            files = where["files"]
+            files = _largest_first(where["files"])
             names = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], len(files)), "file STRING")
             result = names.mapInArrow(_file_checker(search_bound), RESULT_DDL)
         else:
