@@ -240,6 +240,14 @@ def _still_serving(serve: Serve, kept: list[str]) -> None:
     assert [m for m in seen if m.startswith("kept-")] == kept, f"accepted messages lost: {seen}"
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(token=st.integers(0, 2**128 - 1))
+def test_a_delivery_tag_is_the_lock_token_as_dotnet_guid_bytes(token: int) -> None:
+    from sbconform.server.values import lock_tag, lock_uuid
+
+    assert lock_tag(token) == lock_uuid(token).bytes_le
+
+
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 

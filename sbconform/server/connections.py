@@ -14,9 +14,9 @@ import socket
 import time
 from typing import Any, Callable
 
-from cproton import (isnull, pn_collector_peek, pn_collector_pop, pn_event_delivery, pn_event_type, pn_event_type_name,
-                     pn_transport_pending)
-from proton import Delivery, Endpoint, Event
+from cproton import (isnull, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated, pn_event_delivery,
+                     pn_event_type, pn_event_type_name, pn_transport_pending)
+from proton import Delivery, Endpoint, Event, Link
 
 from sbreference import ServiceBusError
 
@@ -320,7 +320,7 @@ class ConnectionLoop:
                 continue
             try:
                 if number == _DELIVERY:  # the most frequent: no Event wrapper, the delivery itself
-                    self._delivery(state, Delivery(pn_event_delivery(raw)))
+                    self._delivery(state, pn_event_delivery(raw))
                 else:
                     self._event(state, Event.wrap(raw))
             except Exception:  # never let one client's input stop the server
@@ -330,13 +330,14 @@ class ConnectionLoop:
             if state.closed:
                 return
 
-    def _delivery(self, state: ConnState, delivery: Delivery) -> None:
-        """A transfer in, or the client's disposition of one we sent."""
-        link = delivery.link
+    def _delivery(self, state: ConnState, impl: Any) -> None:
+        """A transfer in, or the client's disposition of one we sent (``impl``: proton's C
+        delivery; a disposition is read without the delivery's Python wrapper)."""
+        link = Link.wrap(pn_delivery_link(impl))
         if link.is_receiver:
-            self._incoming(state, link, delivery)
-        elif delivery.updated:
-            self._settled_by_client(state, link, delivery)
+            self._incoming(state, link, Delivery(impl))
+        elif pn_delivery_updated(impl):
+            self._settled_by_client(state, link, impl)
 
     def _event(self, state: ConnState, event: Event) -> None:
         """Every other event ``_events`` hands on (deliveries go to ``_delivery``)."""

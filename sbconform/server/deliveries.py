@@ -2,14 +2,18 @@
 client's settlements of them (``_settled_by_client``), and transfers in (``_admit``: the door
 for every transfer; ``_incoming``: to an entity, ``$cbs``, a management node or the
 transaction coordinator). The lock token of each delivery sent lives in its receiver's
-``Receiving.tokens``, keyed by the delivery: an AMQP disposition settles a delivery of its own
-link only (another receiver settles by lock token through $management: SETTLE-LOCK-011)."""
+``Receiving.tokens``, keyed by the delivery's tag: an AMQP disposition settles a delivery of its own
+link only (another receiver settles by lock token through $management: SETTLE-LOCK-011).
+
+The common path of a message, sent and completed, works on proton's C deliveries (``cproton``):
+its Python wrapper, built only where one is used, costs more than the delivery's own work."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cproton import PN_ACCEPTED, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled, pn_delivery_update
+from cproton import (PN_ACCEPTED, pn_delivery, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled,
+                     pn_delivery_update, pn_link_advance, pn_link_send)
 from proton import Delivery, Endpoint, Link
 
 from sbreference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
@@ -61,16 +65,17 @@ class Deliveries:
                 link.close()
                 return
             tokens = r.tokens
+            impl = link._impl
             for d in part:
                 token = d.lock_token
-                tag = v.lock_uuid(token).bytes_le if token is not None else r.conn.next_tag()
-                dlv = link.delivery(tag)
-                link.send(self._encode(d))
-                link.advance()
+                tag = v.lock_tag(token) if token is not None else r.conn.next_tag()
+                dlv = pn_delivery(impl, tag)  # (Link.delivery, send, advance and settle at the C level)
+                link._check(pn_link_send(impl, self._encode(d)))
+                pn_link_advance(impl)
                 if settled:
-                    dlv.settle()
+                    pn_delivery_settle(dlv)
                 elif token is not None:
-                    tokens[dlv] = token
+                    tokens[tag] = token
             found += part
             asked += want
             if len(part) < want:
@@ -84,22 +89,25 @@ class Deliveries:
         else:
             self.waiting[r.key].discard(r)
 
-    def _settled_by_client(self, state: ConnState, link: Link, dlv: Delivery) -> None:
+    def _settled_by_client(self, state: ConnState, link: Link, impl: Any) -> None:
+        """The client's disposition of a delivery we sent (``impl``: proton's C delivery)."""
         info = state.link_info.get(link)
         r: Receiving | None = info.receiving if info is not None else None
-        token = r.tokens.get(dlv) if r is not None else None
+        tag = v.tag_of(impl)
+        token = r.tokens.get(tag) if r is not None else None
         if token is None or r is None:
-            if not dlv.settled:
-                dlv.settle()
+            if not pn_delivery_settled(impl):
+                pn_delivery_settle(impl)
             return
-        if pn_delivery_remote_state(dlv._impl) == PN_ACCEPTED:  # complete: the common case, read at the C level
+        if pn_delivery_remote_state(impl) == PN_ACCEPTED:  # complete: the common case, read at the C level
             error: ServiceBusError | None = None
             try:
                 self.namespace.complete(state.model_conn, r.path, token)
             except ServiceBusError as e:
                 error = e
-            self._answer(r, dlv, Delivery.ACCEPTED, None, error)
+            self._answer(r, tag, impl, Delivery.ACCEPTED, None, error)
             return
+        dlv = Delivery(impl)
         txn = coordinator.transactional(dlv)
         if txn is not None:  # TXN-VIS-002: enlisted, applied at commit; the lock stays meanwhile
             try:
@@ -109,9 +117,9 @@ class Deliveries:
                 dlv.local.condition = v.condition(error)
                 dlv.update(Delivery.REJECTED)
                 dlv.settle()
-                r.tokens.pop(dlv, None)
+                r.tokens.pop(tag, None)
                 return
-            del r.tokens[dlv]
+            del r.tokens[tag]
             coordinator.answer_transactional(dlv, txn[0])
             return
         outcome = dlv.remote_state
@@ -140,20 +148,20 @@ class Deliveries:
                 return  # not a terminal outcome yet
         except ServiceBusError as e:  # (properties to modify the broker could not write back too)
             error = e
-        self._answer(r, dlv, reply, remote, error)
+        self._answer(r, tag, impl, reply, remote, error)
 
-    def _answer(self, r: Receiving, dlv: Delivery, reply: Any, remote: Any, error: ServiceBusError | None) -> None:
+    def _answer(self, r: Receiving, tag: bytes, impl: Any, reply: Any, remote: Any, error: ServiceBusError | None) -> None:
         """The settlement of a client's disposition done (or refused: ``error``): the lock
         token is spent either way; the client hears the outcome unless it settled first."""
-        del r.tokens[dlv]
+        del r.tokens[tag]
         self.dirty.add(r.key)
-        impl = dlv._impl
         if pn_delivery_settled(impl):
             return  # the client settled first (older SDKs): it expects no answer
         if error is None and reply == Delivery.ACCEPTED:  # the common answer, through proton's C calls
             pn_delivery_update(impl, PN_ACCEPTED)
             pn_delivery_settle(impl)
             return
+        dlv = Delivery(impl)
         if error is not None:
             dlv.local.condition = v.condition(error)
             dlv.update(Delivery.REJECTED)

@@ -133,7 +133,7 @@ class ConnState:
 
 class Receiving:
     """A client's receiver: our sending link on an entity. ``tokens``: the lock token of each
-    delivery sent on it and not settled yet (peek-lock)."""
+    delivery sent on it and not settled yet (peek-lock), by the delivery's tag."""
 
     __slots__ = ("link", "conn", "path", "key", "mode", "session_id", "wants_session", "deadline", "address",
                  "pending_session_id", "tokens")
@@ -149,4 +149,4 @@ class Receiving:
         self.deadline = 0.0
         self.address = ""
         self.pending_session_id: str | None = None  # the session it asked for, while it waits
-        self.tokens: dict[Delivery, int] = {}
+        self.tokens: dict[bytes, int] = {}  # delivery tag -> lock token

@@ -43,6 +43,13 @@ def lock_uuid(token: int) -> uuid.UUID:
     return uuid.UUID(int=token)
 
 
+def lock_tag(token: int) -> bytes:
+    """The delivery tag of a message delivered under ``token``: the lock token as .NET's
+    Guid bytes (``lock_uuid(token).bytes_le``, without building the UUID)."""
+    b = token.to_bytes(16, "big")
+    return b[3::-1] + b[5:3:-1] + b[7:5:-1] + b[8:]
+
+
 def entity_path(address: str | None) -> str:
     """'amqps://localhost:5672/q1/$DeadLetterQueue' -> 'q1/$DeadLetterQueue'."""
     if not address:
@@ -63,7 +70,12 @@ def values(value: Any) -> list:
 
 
 def delivery_tag(delivery: Delivery) -> bytes:
-    return bytes2pybytes(_lib.pn_delivery_tag(delivery._impl))
+    return tag_of(delivery._impl)
+
+
+def tag_of(impl: Any) -> bytes:
+    """The tag of proton's C delivery ``impl`` (as sent: ``Delivery.tag`` decodes it as text)."""
+    return bytes2pybytes(_lib.pn_delivery_tag(impl))
 
 
 def condition(error: ServiceBusError) -> Condition:
