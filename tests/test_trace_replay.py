@@ -482,6 +482,18 @@ def spark():
     session.stop()
 
 
+def test_spark_tasks_take_the_bucket_files_largest_first(tmp_path):
+    from sbconform.trace.spark_replay import _largest_first
+
+    sizes = {"a": 10, "b": 300, "c": 20, "d": 4000}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    files = [str(tmp_path / name) for name in sizes]
+    assert [Path(f).name for f in _largest_first(files)] == ["d", "b", "c", "a"]
+    remote = ["hdfs://nn/t/bucket-00001.parquet", "hdfs://nn/t/bucket-00000.parquet"]
+    assert _largest_first(remote) == remote  # sizes not looked up: order kept
+
+
 def test_spark_replay_by_piece_reports_what_the_local_replay_reports(spark, injected, tmp_path):
     from sbconform.trace.replay import replay_spark
 
