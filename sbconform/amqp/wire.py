@@ -146,7 +146,7 @@ class FrameScanner:
             if n - pos < want:
                 break
             if ftype == 0 and size > doff * 4:
-                self._performative(memoryview(buf)[pos + doff * 4: pos + want], channel)
+                self._performative(buf, pos + doff * 4, pos + want, channel)
             if n - pos >= size:
                 pos += size
             else:
@@ -155,9 +155,11 @@ class FrameScanner:
                 break
         del buf[:pos]
 
-    def _performative(self, body: memoryview, channel: int) -> None:
-        if len(body) > 2 and body[0] == 0x00 and body[1] == 0x53 and body[2] not in _FOLLOWED:
-            return  # (flow, disposition, ...: a small-ulong descriptor read without parsing the list)
+    def _performative(self, buf: bytearray, start: int, end: int, channel: int) -> None:
+        """The performative in ``buf[start:end]`` (its first bytes at most: ``PEEK``)."""
+        if end - start > 2 and buf[start] == 0x00 and buf[start + 1] == 0x53 and buf[start + 2] not in _FOLLOWED:
+            return  # (flow, disposition, ...: a small-ulong descriptor read in place, the list not parsed)
+        body = memoryview(buf)[start:end]
         try:
             descriptor, fields, _ = described_list(body, 0)
         except (WireError, IndexError, struct.error):

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable
 
 from cproton import (isnull, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated, pn_event_delivery,
-                     pn_event_type, pn_event_type_name, pn_transport_pending)
+                     pn_event_link, pn_event_type, pn_event_type_name, pn_transport_pending)
 from proton import Delivery, Endpoint, Event, Link
 
 from sbreference import ServiceBusError
@@ -32,6 +32,7 @@ _HANDLED = frozenset(e.number for e in (
     Event.CONNECTION_REMOTE_CLOSE, Event.TRANSPORT_CLOSED))
 _TRANSPORT_CLOSED = Event.TRANSPORT_CLOSED.number
 _DELIVERY = Event.DELIVERY.number
+_LINK_FLOW = Event.LINK_FLOW.number
 
 
 class ConnectionLoop:
@@ -321,6 +322,8 @@ class ConnectionLoop:
             try:
                 if number == _DELIVERY:  # the most frequent: no Event wrapper, the delivery itself
                     self._delivery(state, pn_event_delivery(raw))
+                elif number == _LINK_FLOW:  # the next: the link itself
+                    self._flow(state, state.link_of(pn_event_link(raw)))
                 else:
                     self._event(state, Event.wrap(raw))
             except Exception:  # never let one client's input stop the server
@@ -333,20 +336,22 @@ class ConnectionLoop:
     def _delivery(self, state: ConnState, impl: Any) -> None:
         """A transfer in, or the client's disposition of one we sent (``impl``: proton's C
         delivery; a disposition is read without the delivery's Python wrapper)."""
-        link = Link.wrap(pn_delivery_link(impl))
+        link = state.link_of(pn_delivery_link(impl))
         if link.is_receiver:
             self._incoming(state, link, Delivery(impl))
         elif pn_delivery_updated(impl):
             self._settled_by_client(state, link, impl)
 
+    def _flow(self, state: ConnState, link: Link) -> None:
+        """The client's flow on a link: a receiver of ours is served its credit."""
+        info = state.link_info.get(link)
+        if info is not None and info.receiving is not None:
+            self._serve(info.receiving)
+
     def _event(self, state: ConnState, event: Event) -> None:
-        """Every other event ``_events`` hands on (deliveries go to ``_delivery``)."""
+        """Every other event ``_events`` hands on (deliveries go to ``_delivery``, flows to ``_flow``)."""
         kind = event.type
-        if kind == Event.LINK_FLOW:
-            info = state.link_info.get(event.link)
-            if info is not None and info.receiving is not None:
-                self._serve(info.receiving)
-        elif kind == Event.LINK_REMOTE_OPEN:
+        if kind == Event.LINK_REMOTE_OPEN:
             state.open_links.add(event.link)
             if len(state.open_links) > self.limits.max_links:
                 self._shut(state, "amqp:resource-limit-exceeded",

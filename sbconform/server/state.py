@@ -11,6 +11,7 @@ import socket
 import time
 from typing import Any
 
+from cproton import addressof
 from proton import Collector, Connection, Delivery, Link, Transport
 
 from sbreference import paths
@@ -112,6 +113,8 @@ class ConnState:
         self.closed = False
         self.clean_close = False
         self.tag = 0
+        self._link_address = 0  # the C link of the wrapper ``link_of`` built last, and that wrapper
+        self._link: Link | None = None
 
     @property
     def links(self) -> int:
@@ -125,6 +128,16 @@ class ConnState:
     def buffered(self) -> int:
         """Output held for this peer: framed bytes not yet written, and queued deliveries."""
         return max(self.transport.pending(), 0) + self.queued_output()
+
+    def link_of(self, impl: Any) -> Link:
+        """The Python wrapper of proton's C link ``impl``. The last one built is kept: the
+        deliveries and flows of a connection come on few links, mostly many in a row on one
+        (and a kept wrapper holds its link: no other link can take its address meanwhile)."""
+        address = addressof(impl)
+        if address != self._link_address or self._link is None:
+            self._link = Link.wrap(impl)
+            self._link_address = address
+        return self._link
 
     def next_tag(self) -> bytes:
         self.tag += 1
