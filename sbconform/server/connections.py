@@ -14,8 +14,9 @@ import socket
 import time
 from typing import Any, Callable
 
-from cproton import (isnull, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated, pn_event_delivery,
-                     pn_event_link, pn_event_type, pn_event_type_name, pn_transport_pending)
+from cproton import (PN_EOS, isnull, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated,
+                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_transport_peek, pn_transport_pending,
+                     pn_transport_pop)
 from proton import Delivery, Endpoint, Event, Link
 
 from sbreference import ServiceBusError
@@ -144,6 +145,8 @@ class ConnectionLoop:
                     return
         self._events(state)
         self._flush(state)
+        if state.unpushed or state.throttled or state.closing:
+            self.touched.add(state)  # something left to follow up after this turn (_flush_all)
 
     def _push(self, state: ConnState) -> None:
         """Hand the bytes read to proton, as much as it takes now. What it cannot take yet
@@ -168,12 +171,17 @@ class ConnectionLoop:
         if state.closed:
             return
         t = state.transport
+        impl = t._impl  # (Transport's pending, peek and pop at the C level: once or twice per frame sent)
         while True:
-            pending = t.pending()
+            pending = pn_transport_pending(impl)
             if pending <= 0:
+                if pending < PN_EOS:
+                    t._check(pending)  # an error: raised as Transport.pending raises it
                 break
+            size, data = pn_transport_peek(impl, pending)
+            t._check(size)
             try:
-                sent = state.sock.send(t.peek(pending))
+                sent = state.sock.send(data)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError:
@@ -181,7 +189,7 @@ class ConnectionLoop:
                 return
             if sent <= 0:
                 break
-            t.pop(sent)
+            pn_transport_pop(impl, sent)
         if pending < 0 and t.closed:
             self._close_socket(state)
             return
@@ -221,19 +229,21 @@ class ConnectionLoop:
         state.events = events
 
     def _flush_all(self) -> None:
-        """After each turn of the loop, every connection with something to do: input proton
-        has not taken yet, events not handled, output framed or to frame (``_serve`` queued
-        deliveries, a disposition answered), or a throttle or close to follow up. The others,
-        most of them on a busy server, cost a look at the C level."""
-        for state in list(self.conns.values()):
-            if not (state.unpushed or state.throttled or state.closing or state.events != selectors.EVENT_READ
-                    or not isnull(pn_collector_peek(state.collector._impl))
-                    or pn_transport_pending(state.transport._impl) != 0):
-                continue  # what _push, _events and _flush would find: nothing to do
+        """After each turn of the loop, the connections touched outside their own input
+        (``_serve`` queued deliveries to them, an in-process call ran) and those with something
+        left to follow up (input proton has not taken yet, a throttle, a close); once a second
+        every connection (``_on_time``). The others, most of them on a busy server, have
+        nothing to push or flush: their own input is handled, and flushed, by ``_io``."""
+        touched, self.touched = self.touched, set()
+        for state in touched:
+            if state.closed:
+                continue
             if state.unpushed:
                 self._guard(state, self._push, state)
             self._guard(state, self._events, state)
             self._guard(state, self._flush, state)
+            if state.unpushed or state.throttled or state.closing:
+                self.touched.add(state)
 
     def _lost(self, state: ConnState) -> None:
         """The socket is gone. Without a CLOSE first, that is a dropped connection."""

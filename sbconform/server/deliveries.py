@@ -37,6 +37,7 @@ class Deliveries:
 
     def _serve(self, r: Receiving) -> None:
         link = r.link
+        self.touched.add(r.conn)  # what it queues is flushed after this turn (_flush_all)
         if r.conn.closed or not link.state & Endpoint.LOCAL_ACTIVE:
             self.waiting[r.key].discard(r)
             return

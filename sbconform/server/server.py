@@ -79,6 +79,7 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
         self.conns: dict[int, ConnState] = {}  # fileno -> state
         self.waiting: dict[str, set[Receiving]] = defaultdict(set)  # entity key -> receivers with credit
         self.dirty: set[str] = set()
+        self.touched: set[ConnState] = set()  # connections to push, handle and flush after this turn (_flush_all)
         self._stop = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -129,6 +130,8 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
                             pass
                     else:
                         self._guard(key.data, self._io, key.data, mask)
+                if self.calls:  # an in-process call may act on any connection
+                    self.touched.update(self.conns.values())
                 while self.calls:
                     call = self.calls.pop(0)
                     try:
@@ -195,6 +198,7 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
             now_s = time.time()
             for state in list(self.conns.values()):
                 self._guard(state, self._tick, state, mono, now_s)
+            self.touched.update(self.conns.values())  # and each one's events and output looked at (_flush_all)
 
     def _mark_all_dirty(self) -> None:
         self.dirty.update(k for k, v in self.waiting.items() if v)
