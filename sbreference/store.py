@@ -127,12 +127,12 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             return
         locks, sessions_dl, expiries = self.lock_deadlines, self.session_deadlines, self.expiries
         while True:
-            t_lock = locks[0][0] if locks else None
-            t_sess = sessions_dl[0][0] if sessions_dl else None
-            t_exp = expiries[0][0] if expiries else None
-            t = min((x for x in (t_lock, t_sess, t_exp) if x is not None), default=None)
-            if t is None or t > now:
-                self._due = t if t is not None else NEVER
+            t_lock = locks[0][0] if locks else NEVER
+            t_sess = sessions_dl[0][0] if sessions_dl else NEVER
+            t_exp = expiries[0][0] if expiries else NEVER
+            t = min(t_lock, t_sess, t_exp)  # NEVER: nothing is due
+            if t > now:
+                self._due = t
                 return
             if t == t_lock:
                 deadline, token = locks.popleft()
