@@ -45,6 +45,7 @@ CONFIG = {
                     {"Name": "load", "Properties": {"LockDuration": "PT5S"}},
                     {"Name": "auth", "Properties": {}},
                     {"Name": "tiny", "Properties": {"MaxMessageSizeInKilobytes": 64}},
+                    {"Name": "relay", "Properties": {}},
                 ],
                 "Topics": [{"Name": "news", "Properties": {}, "Subscriptions": [{"Name": "all", "Properties": {}}]}],
             }
@@ -238,6 +239,29 @@ def _still_serving(serve: Serve, kept: list[str]) -> None:
             seen += [m.message_id for m in page]
             start = page[-1].sequence_number + 1
     assert [m for m in seen if m.startswith("kept-")] == kept, f"accepted messages lost: {seen}"
+
+
+def test_a_message_reaches_a_receiver_waiting_on_another_connection_at_once(serve: Serve) -> None:
+    """A send on one connection serves a receiver waiting on another in the same turn of the
+    loop (the receiver's connection is flushed then, not at the next once-a-second sweep)."""
+    with client(serve) as receiving, client(serve) as sending, \
+            receiving.get_queue_receiver("relay", prefetch_count=0) as receiver, sending.get_queue_sender("relay") as sender:
+        sender.send_messages(ServiceBusMessage("warm-up"))  # both links open
+        for m in receiver.receive_messages(1, max_wait_time=5):
+            receiver.complete_message(m)
+        latencies = []
+        for i in range(5):
+            got: list = []
+            waiting = threading.Thread(target=lambda: got.extend(receiver.receive_messages(1, max_wait_time=10)))
+            waiting.start()
+            time.sleep(0.3)  # the receiver's credit is out: it waits on the server
+            sent = time.monotonic()
+            sender.send_messages(ServiceBusMessage(f"m{i}"))
+            waiting.join(15)
+            latencies.append(time.monotonic() - sent)
+            assert [str(m) for m in got] == [f"m{i}"]
+            receiver.complete_message(got[0])
+    assert max(latencies) < 0.5, latencies
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
