@@ -15,8 +15,8 @@ import time
 from typing import Any, Callable
 
 from cproton import (PN_EOS, isnull, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated,
-                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_transport_peek, pn_transport_pending,
-                     pn_transport_pop)
+                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_transport_capacity, pn_transport_peek,
+                     pn_transport_pending, pn_transport_pop, pn_transport_push)
 from proton import Delivery, Endpoint, Event, Link
 
 from sbreference import ServiceBusError
@@ -152,15 +152,20 @@ class ConnectionLoop:
         """Hand the bytes read to proton, as much as it takes now. What it cannot take yet
         is kept (one read at most: the socket is not read again until it is all in)."""
         t = state.transport
+        impl = t._impl  # (Transport's capacity and push at the C level, as in _flush; the bytes pushed uncopied)
         view = state.unpushed
         while view and not state.closing:
-            capacity = t.capacity()
+            capacity = pn_transport_capacity(impl)
             if capacity < 0:
+                if capacity < PN_EOS:
+                    t._check(capacity)  # an error: raised as Transport.capacity raises it
                 view = memoryview(b"")  # the transport gave up on this input (framing error): it says why, then closes
                 break
             if capacity == 0:
                 break
-            t.push(bytes(view[:capacity]))
+            chunk = view[:capacity]
+            if t._check(pn_transport_push(impl, chunk)) != len(chunk):
+                raise OverflowError("the transport took less than its capacity")  # (as Transport.push)
             view = view[capacity:]
             self._events(state)
         state.unpushed = view if view and not state.closing else memoryview(b"")
