@@ -323,7 +323,8 @@ def test_orders_of_commuting_operations_do_not_multiply_the_possible_states():
 
 
 def test_equal_states_have_one_signature_and_different_ones_do_not():
-    from sbconform.trace.checker import PieceModel, Shared, distinct
+    from sbconform.trace.checker import PieceModel, Shared
+    from sbconform.trace.search import distinct
 
     def state(order):
         s = PieceModel(Shared(), {"lock_duration": 5000})

@@ -486,21 +486,3 @@ _HANDLERS = {
     "entity-counts": PieceModel._nothing,
     "describe-entity": PieceModel._nothing,
 }
-
-# ------------------------------------------------------------------ states
-
-
-def distinct(states: list[PieceModel]) -> list[PieceModel]:
-    """``states`` without repeats (same ``signature``), first of each kept, order kept."""
-    if len(states) < 2:
-        return states
-    seen: set = set()
-    out = []
-    for state in states:
-        key = state.signature()
-        if key not in seen:
-            seen.add(key)
-            out.append(state)
-    return out
-
-

@@ -33,8 +33,21 @@ from .checker import (
     Shared,
     Undecidable,
     Violation,
-    distinct,
 )
+
+
+def distinct(states: list[PieceModel]) -> list[PieceModel]:
+    """``states`` without repeats (same ``signature``), first of each kept, order kept."""
+    if len(states) < 2:
+        return states
+    seen: set = set()
+    out = []
+    for state in states:
+        key = state.signature()
+        if key not in seen:
+            seen.add(key)
+            out.append(state)
+    return out
 
 
 class _Op:
