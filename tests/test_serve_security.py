@@ -18,6 +18,7 @@ import sys
 import time
 
 import pytest
+from sbreference import Message
 
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
 
@@ -737,3 +738,17 @@ def test_a_message_decoded_from_the_wire_skips_the_trial_encoding_only_when_it_i
     assert isinstance(decoded.wire, codec.Envelope) and plain(decoded)
     odd = dataclasses.replace(decoded, wire=dataclasses.replace(decoded.wire, texts=((0, 2**70),)))
     assert not plain(odd)
+
+
+@pytest.mark.parametrize("message, expected", [
+    (Message(b"x", message_id="m", time_to_live=2**40, application_properties={"s": "x", "b": True, "f": 1.5, "n": None}), True),
+    (Message(b"x", time_to_live=2**63), False),  # an int the encoder may not write as it is
+    (Message(b"x", application_properties={"k": -(2**62)}), False),
+    (Message(b"x", application_properties={"k": [1]}), False),  # compound: tried
+    (Message(b"x", subject=object()), False),  # anything else: tried
+    (Message(b"x", application_properties={"k": b"\x00"}), True),
+])
+def test_plain_is_every_field_and_property_a_scalar_in_range(message, expected) -> None:
+    from sbconform.server.limits import plain
+
+    assert plain(message) is expected

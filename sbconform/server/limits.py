@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import operator
 import struct
 import uuid
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
 from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
@@ -107,16 +108,23 @@ def check_message(message: Any) -> None:
             raise Refused(f"application property {key!r} holds a {type(value).__name__}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
 
 
-_PLAIN = (str, bytes, bool, float, type(None))
+_PLAIN = frozenset({str, bytes, bool, float, type(None)})
+_INT_BOUND = 2**62
 
 
-def _plain_value(value: Any) -> bool:
-    if type(value) is int:
-        return -(2**62) < value < 2**62
-    return type(value) in _PLAIN
+def _all_plain(values: Iterable[Any]) -> bool:
+    """Each value a plain scalar: a string, bytes, a bool, a float or None, or an int within 2**62."""
+    for value in values:
+        kind = type(value)
+        if kind is int:
+            if not -_INT_BOUND < value < _INT_BOUND:
+                return False
+        elif kind not in _PLAIN:
+            return False
+    return True
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, Callable[[Any], tuple]] = {}
 
 
 def plain(message: Any) -> bool:
@@ -127,17 +135,18 @@ def plain(message: Any) -> bool:
     The envelope a message came in (``amqp.codec.Envelope``) is raw bytes the codec itself
     cut out of the frame and writes back verbatim; what the encoder writes anew from it is
     its decoded property values (``texts``) and the assigned MessageId: those are checked."""
-    names = _FIELDS.get(type(message))
-    if names is None:
-        names = _FIELDS[type(message)] = tuple(f.name for f in fields(message) if f.name != "application_properties")
-    for name in names:
-        value = getattr(message, name)
-        if isinstance(value, Envelope):
-            if not (all(_plain_value(t) for _, t in value.texts) and _plain_value(value.assigned_message_id)):
-                return False
-        elif not _plain_value(value):
-            return False
-    return all(_plain_value(v) for v in message.application_properties.values())
+    values_of = _FIELDS.get(type(message))
+    if values_of is None:
+        names = tuple(f.name for f in fields(message) if f.name != "application_properties")
+        values_of = _FIELDS[type(message)] = operator.attrgetter(*names)
+    values = []
+    for value in values_of(message):
+        if type(value) is Envelope:  # written back as it came but for these two
+            values += [text for _, text in value.texts]
+            values.append(value.assigned_message_id)
+        else:
+            values.append(value)
+    return _all_plain(values) and _all_plain(message.application_properties.values())
 
 
 def properties_to_modify(raw: Any) -> dict[str, Any] | None:
