@@ -18,6 +18,7 @@ import sys
 import time
 
 import pytest
+
 from sbreference import Message
 
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
