@@ -98,7 +98,7 @@ class Envelope:
     delivery_annotations: bytes = b""  # the whole section, or nothing
     annotations: tuple[tuple[str, bytes], ...] = ()  # (key, raw key + value) the sender set
     properties: tuple[bytes, ...] | None = None  # raw fields of the properties list; None: no section
-    properties_section: bytes = b""  # the whole section as sent, when writing ``properties`` again gives these bytes
+    properties_section: bytes = b""  # the whole section as sent, when it has a MessageId and writing ``properties`` again gives these bytes
     application: tuple[tuple[str, bytes], ...] | None = None  # (key, raw key + value); None: no section
     application_section: bytes = b""  # the whole application-properties section as sent
     body: bytes = b""  # the body sections; b"": the message had none (unless data_body)
@@ -219,8 +219,10 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
                 if index < len(props):
                     raw = props[index]
                     fields[index] = _NULL if raw == b"\x40" else read_typed(raw, 0)[:2]
-            if data[start + 1] == 0x53 and at == start + 3 and data[at] == 0xC0 and sum(map(len, props)) == end - at - 3:
-                # a small-ulong descriptor, a list8 and nothing after its last field: as encode writes it
+            if (data[start + 1] == 0x53 and at == start + 3 and data[at] == 0xC0 and sum(map(len, props)) == end - at - 3
+                    and props and props[MESSAGE_ID] != b"\x40"):
+                # a small-ulong descriptor, a list8 and nothing after its last field, as encode writes it,
+                # with a MessageId (none for the broker to assign)
                 properties_section = data[start:end]
         elif code == APPLICATION_PROPERTIES:
             application_section = bytes(data[start:end])
@@ -331,8 +333,8 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     if d.partition is not None:
         entries.append(_PARTITION_ID_KEY + v.short(d.partition))
     out.append(v.described(MESSAGE_ANNOTATIONS, v.map_entries(entries)))
-    if env.properties_section and env.properties[MESSAGE_ID] != b"\x40" and env.texts == _texts_of(m):
-        out.append(env.properties_section)  # as sent: nothing to assign, nothing changed since
+    if env.properties_section and env.texts == _texts_of(m):
+        out.append(env.properties_section)  # as sent: nothing to assign (decode), nothing changed since
     else:
         props = _properties(m, env)
         if props is not None:
