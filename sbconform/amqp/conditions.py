@@ -6,29 +6,12 @@ them (re-exported by ``codec``)."""
 from __future__ import annotations
 
 from sbreference import ErrorCode
+from sbreference.paired.transience import WIRE_CONDITIONS
 
 #: model error code -> AMQP error condition (as the SDKs map them back to exceptions:
-#: azure/servicebus/_common/constants.py ``ERROR_CODE_*``, _pyamqp/error.py ``ErrorCondition``)
-CONDITIONS: dict[ErrorCode, str] = {
-    ErrorCode.ENTITY_NOT_FOUND: "amqp:not-found",
-    ErrorCode.ENTITY_ALREADY_EXISTS: "com.microsoft:entity-already-exists",
-    ErrorCode.MESSAGE_LOCK_LOST: "com.microsoft:message-lock-lost",
-    ErrorCode.SESSION_LOCK_LOST: "com.microsoft:session-lock-lost",
-    ErrorCode.SESSION_CANNOT_BE_LOCKED: "com.microsoft:session-cannot-be-locked",
-    ErrorCode.MESSAGE_NOT_FOUND: "com.microsoft:message-not-found",
-    ErrorCode.MESSAGE_SIZE_EXCEEDED: "amqp:link:message-size-exceeded",
-    ErrorCode.QUOTA_EXCEEDED: "amqp:resource-limit-exceeded",
-    ErrorCode.INVALID_OPERATION: "amqp:not-allowed",
-    ErrorCode.ARGUMENT_ERROR: "com.microsoft:argument-error",
-    ErrorCode.TIMEOUT: "com.microsoft:timeout",
-    ErrorCode.SERVER_BUSY: "com.microsoft:server-busy",
-    ErrorCode.ENTITY_UNAVAILABLE: "com.microsoft:entity-disabled",
-    ErrorCode.UNAUTHORIZED: "amqp:unauthorized-access",
-    ErrorCode.CONNECTION_LOST: "amqp:connection:forced",
-    ErrorCode.TRANSACTION_UNKNOWN: "amqp:transaction:unknown-id",  # AMQP 1.0 part 4, transaction-error
-    ErrorCode.TRANSACTION_ROLLBACK: "amqp:transaction:rollback",
-    ErrorCode.TRANSACTION_TIMEOUT: "amqp:transaction:timeout",
-}
+#: azure/servicebus/_common/constants.py ``ERROR_CODE_*``, _pyamqp/error.py ``ErrorCondition``). One
+#: table with the model's: the paired client classifies errors by the condition Service Bus sends.
+CONDITIONS: dict[ErrorCode, str] = WIRE_CONDITIONS
 #: conditions a broker may use that mean the same as one above
 CONDITION_ALIASES: dict[str, ErrorCode] = {
     "amqp:not-implemented": ErrorCode.INVALID_OPERATION,
