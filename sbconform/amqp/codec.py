@@ -176,6 +176,9 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
 def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) -> ModelMessage:
     if not isinstance(data, bytes):  # (slices of bytes are bytes: each field is copied out once)
         data = bytes(data)
+    simple = _simple(data)
+    if simple is not None:
+        return simple
     durable, priority = b"\x42", b"\x40"
     ttl = None
     delivery_annotations = footer = application_section = b""
@@ -286,6 +289,38 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
         application_properties=app_values,
         wire=envelope,
     )
+
+
+_NULLS = b"\x40" * 255
+_LATER_TEXTS = tuple((index, None) for index, _ in MODEL_FIELDS if index != MESSAGE_ID)
+
+
+def _simple(data: bytes) -> ModelMessage | None:
+    """The shape the SDKs send most (each message of a batch): a properties list8 with a string
+    MessageId and every later field null, then one data section (vbin8, or vbin32 over 255
+    bytes) and nothing else. Read without ``_decode``'s walk, to the same message and
+    envelope (tests/test_codec_simple.py); None for any other shape."""
+    if data[:4] != b"\x00\x53\x73\xc0" or data[6:7] != b"\xa1" or len(data) < 8:
+        return None
+    end = 5 + data[4]
+    id_end = 8 + data[7]
+    nulls = data[5] - 1  # the fields after the MessageId
+    if end - id_end != nulls or data[id_end:end] != _NULLS[:nulls] or data[end:end + 3] != b"\x00\x53\x75":
+        return None
+    head = data[end + 3:end + 8]
+    if head[:1] == b"\xa0" and len(head) >= 2:
+        body_at = end + 5
+        size = head[1]
+    elif head[:1] == b"\xb0" and len(head) == 5 and (size := int.from_bytes(head[1:], "big")) > 255:
+        body_at = end + 8
+    else:
+        return None
+    if body_at + size != len(data):
+        return None
+    message_id = data[8:id_end].decode("utf-8")
+    envelope = Envelope(properties=(data[6:id_end],) + (b"\x40",) * nulls, properties_section=data[:end], data_body=True,
+                        texts=((MESSAGE_ID, message_id),) + _LATER_TEXTS)
+    return WireMessage(body=data[body_at:], message_id=message_id, application_properties={}, wire=envelope)
 
 
 def _ms(when: Any) -> int:
