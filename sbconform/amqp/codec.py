@@ -333,15 +333,19 @@ def _ms(when: Any) -> int:
 def header(durable: bytes, priority: bytes, ttl: int | None, delivery_count: int) -> bytes:
     """The header section, every field written out: a receiver reads delivery-count from it
     (the Python SDK shows None, not 0, when the header is missing)."""
-    fields = [durable, priority, v.null() if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big"),
-              b"\x42", b"\x70" + min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")]
-    return v.described(HEADER, v.list_(fields))
+    fields = b"".join((durable, priority, b"\x40" if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big"),
+                       b"\x42\x70", min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")))
+    return v.described(HEADER, v.compound(0xC0, 0xD0, [fields], 5))
 
 
 #: the keys of the annotations the broker sets, encoded once
 _SEQUENCE_NUMBER_KEY, _ENQUEUED_TIME_KEY, _LOCKED_UNTIL_KEY, _MESSAGE_STATE_KEY, _SCHEDULED_KEY, _DEADLETTER_SOURCE_KEY, _PARTITION_ID_KEY = (
     v.symbol(key) for key in (X_SEQUENCE_NUMBER, X_ENQUEUED_TIME, X_LOCKED_UNTIL, X_MESSAGE_STATE, X_SCHEDULED,
                               X_DEADLETTER_SOURCE, X_PARTITION_ID))
+_TIMESTAMP, _LONG, _SMALL = struct.Struct(">Bq").pack, struct.Struct(">Bq").pack, struct.Struct(">Bb").pack
+#: the message-state annotation by the delivery's state (``MESSAGE_STATES``; Active, 0, for any other)
+_STATE_ENTRIES = {state: _MESSAGE_STATE_KEY + v.int32(number) for state, number in MESSAGE_STATES.items()}
+_ACTIVE_ENTRY = _MESSAGE_STATE_KEY + v.int32(0)
 
 
 def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
@@ -351,16 +355,18 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
     wire = getattr(m, "wire", None)
     env: Envelope = wire if isinstance(wire, Envelope) else _envelope_of(m, epoch_ms)
     # the effective time to live (the entity's default caps the message's: SETTLE-TTL-001)
-    ttl = d.expires_at - d.enqueued_time if d.expires_at < NEVER else None
+    enqueued, expires = d.enqueued_time, d.expires_at
+    ttl = expires - enqueued if expires < NEVER else None
     out = [header(env.durable, env.priority, ttl, max(d.delivery_count - 1, 0))]
     if env.delivery_annotations:
         out.append(env.delivery_annotations)
     entries = [raw for _key, raw in env.annotations]
-    entries.append(_SEQUENCE_NUMBER_KEY + v.long(d.sequence_number))
-    entries.append(_ENQUEUED_TIME_KEY + v.timestamp(epoch_ms + d.enqueued_time))
-    if lock_token and d.locked_until is not None:
-        entries.append(_LOCKED_UNTIL_KEY + v.timestamp(epoch_ms + d.locked_until))
-    entries.append(_MESSAGE_STATE_KEY + v.int32(MESSAGE_STATES.get(d.state, 0)))  # (a State is a str: its value)
+    sequence_number = d.sequence_number  # (a long as v.long writes it, a timestamp as v.timestamp)
+    entries.append(_SEQUENCE_NUMBER_KEY + (_SMALL(0x55, sequence_number) if -128 <= sequence_number < 128 else _LONG(0x81, sequence_number)))
+    entries.append(_ENQUEUED_TIME_KEY + _TIMESTAMP(0x83, epoch_ms + enqueued))
+    if lock_token and (locked_until := d.locked_until) is not None:
+        entries.append(_LOCKED_UNTIL_KEY + _TIMESTAMP(0x83, epoch_ms + locked_until))
+    entries.append(_STATE_ENTRIES.get(d.state, _ACTIVE_ENTRY))  # (a State is a str: its value)
     if m.scheduled_enqueue_time is not None:
         entries.append(_SCHEDULED_KEY + v.timestamp(epoch_ms + m.scheduled_enqueue_time))
     if d.dead_letter_source is not None:
