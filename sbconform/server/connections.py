@@ -14,9 +14,10 @@ import socket
 import time
 from typing import Any, Callable
 
-from cproton import (PN_EOS, isnull, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated,
-                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_transport_capacity, pn_transport_peek,
-                     pn_transport_pending, pn_transport_pop, pn_transport_push)
+from cproton import (PN_EOS, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated,
+                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_transport_capacity,
+                     pn_transport_pending, pn_transport_pop)
+from cproton_ffi import ffi as _ffi, lib as _lib
 from proton import Delivery, Endpoint, Event, Link
 
 from sbreference import ServiceBusError
@@ -164,7 +165,9 @@ class ConnectionLoop:
             if capacity == 0:
                 break
             chunk = view[:capacity]
-            if t._check(pn_transport_push(impl, chunk)) != len(chunk):
+            pushed = _lib.pn_transport_push(impl, _ffi.from_buffer(chunk), len(chunk))
+            if pushed != len(chunk):
+                t._check(pushed)  # an error: raised as Transport.push raises it
                 raise OverflowError("the transport took less than its capacity")  # (as Transport.push)
             view = view[capacity:]
             self._events(state)
@@ -183,8 +186,11 @@ class ConnectionLoop:
                 if pending < PN_EOS:
                     t._check(pending)  # an error: raised as Transport.pending raises it
                 break
-            size, data = pn_transport_peek(impl, pending)
-            t._check(size)
+            data = bytearray(pending)  # (pn_transport_peek at the C level: it copies what is pending, no more)
+            size = _lib.pn_transport_peek(impl, _ffi.from_buffer(data), pending)
+            if size != pending:
+                t._check(size)
+                data = data[:size]
             try:
                 sent = state.sock.send(data)
             except (BlockingIOError, InterruptedError):
@@ -328,7 +334,7 @@ class ConnectionLoop:
         impl = state.collector._impl
         while True:
             raw = pn_collector_peek(impl)
-            if isnull(raw):
+            if not raw:  # (a NULL pointer is false)
                 return
             number = pn_event_type(raw)
             if number not in _HANDLED or (state.closing and number != _TRANSPORT_CLOSED):
