@@ -311,7 +311,9 @@ def test_abrupt_disconnects_lose_no_accepted_message(serve: Serve, kept: list[st
 def test_200_concurrent_connections(serve: Serve) -> None:
     """200 clients connected at once, each authenticated on $cbs with a sender link: every
     message each sends is stored, and the SDK is served meanwhile."""
-    from proton import Message
+    from unittest import mock
+
+    from proton import Message, SSLUnavailable
     from proton.utils import BlockingConnection, SyncRequestResponse
 
     with client(serve) as c, c.get_queue_receiver("fuzz", receive_mode="receiveanddelete") as r:
@@ -323,7 +325,10 @@ def test_200_concurrent_connections(serve: Serve) -> None:
     connections, senders = [], []
     try:
         for _ in range(count):
-            conn = BlockingConnection(f"amqp://127.0.0.1:{serve.port}", allowed_mechs="ANONYMOUS", timeout=20)
+            # amqp:// only: each connection's own container skips building the TLS domains it would
+            # never use (two OpenSSL contexts each: most of this test's time, 12 of its 17 s)
+            with mock.patch("proton._reactor.SSLConfig", side_effect=SSLUnavailable):
+                conn = BlockingConnection(f"amqp://127.0.0.1:{serve.port}", allowed_mechs="ANONYMOUS", timeout=20)
             connections.append(conn)
             reply = SyncRequestResponse(conn, "$cbs").call(
                 Message(body=token, properties={"operation": "put-token", "type": "jwt", "name": name}))
