@@ -9,7 +9,11 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 import mutants  # noqa: F401  (registers the deliberately broken targets)
@@ -30,3 +34,20 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=30, stateful_step_count=30, deadline=None)
 settings.register_profile("thorough", max_examples=2000, stateful_step_count=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def sbconform_wheel(tmp_path_factory) -> Path:
+    """This checkout's wheel, built once per run for the tests that install it or ship it to
+    Spark (offline: ``--no-build-isolation``, with the running interpreter's setuptools)."""
+    try:
+        from setuptools.command import bdist_wheel  # noqa: F401  (setuptools >= 70.1 builds wheels itself)
+    except ImportError:
+        pytest.fail("building the wheel offline needs setuptools>=70.1 (the test extra): pip install -e '.[test]'")
+    root = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(root / "dist"), str(Path(__file__).resolve().parent.parent)],
+                           capture_output=True, text=True, timeout=300, cwd=root)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = (root / "dist").glob("sbconform-*.whl")
+    return wheel

@@ -23,16 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    try:
-        from setuptools.command import bdist_wheel  # noqa: F401  (setuptools >= 70.1 builds wheels itself)
-    except ImportError:
-        pytest.fail("building the wheel offline needs setuptools>=70.1 (the test extra): pip install -e '.[test]'")
-    root = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(root / "dist"), str(REPO)], capture_output=True, text=True, timeout=300, cwd=root)
-    assert build.returncode == 0, build.stdout + build.stderr
-    wheel = next((root / "dist").glob("sbconform-*.whl"))
+def installed(tmp_path_factory, sbconform_wheel) -> Path:
+    wheel = sbconform_wheel  # built once per run (conftest.py), offline
+    root = tmp_path_factory.mktemp("installed")
     env_dir = root / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"

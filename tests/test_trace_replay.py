@@ -529,19 +529,17 @@ def test_heavy_a_million_events_through_spark(spark, tmp_path):
     assert_injected_reported(pq.read_table(tmp_path / "r" / "pieces.parquet").to_pylist(), info["injected"])
 
 
-def test_the_spark_submit_job_runs_with_the_package_shipped_as_a_wheel(injected, tmp_path):
-    """README's cluster recipe, on local[1]: build the wheel, hand it to spark-submit with
-    --py-files, run scripts/spark_replay_job.py; the planted violations come back, exit 1."""
+def test_the_spark_submit_job_runs_with_the_package_shipped_as_a_wheel(injected, tmp_path, sbconform_wheel):
+    """README's cluster recipe, on local[1]: build the wheel (``pip wheel``: the one built
+    once per run, conftest.py), hand it to spark-submit with --py-files, run
+    scripts/spark_replay_job.py; the planted violations come back, exit 1."""
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java for Spark")
     submit = Path(sys.executable).parent / "spark-submit"
     if not submit.exists():
         submit = Path(shutil.which("spark-submit") or "spark-submit")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                            str(tmp_path / "dist"), str(REPO)], capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    (wheel,) = (tmp_path / "dist").glob("sbconform-*.whl")
+    wheel = sbconform_wheel
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
