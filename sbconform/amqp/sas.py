@@ -33,6 +33,29 @@ def normalise(uri: str) -> str:
     return uri.rstrip("/")
 
 
+#: Names a loopback client may give this endpoint: any of them is the same namespace.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def names_this_namespace(audience_host: str | None, opened_to: str | None) -> bool:
+    """Whether a token's host names the namespace the connection reached.
+
+    Service Bus takes a token only for its own namespace: a token signed with the right key
+    for ``sb://othernamespace.servicebus.windows.net/q`` authorizes nothing here. The
+    endpoint is known by the host the client opened its connection to (the AMQP open's
+    hostname, which the SDKs set to the namespace's host); loopback names are one name. A
+    name without a host (``q``) is this namespace's entity."""
+    if not audience_host:
+        return True
+    host = audience_host.lower()
+    opened = (opened_to or "").lower()
+    if opened.count(":") == 1:  # host:port (an IPv6 address has more colons)
+        opened = opened.split(":")[0]
+    if host == opened:
+        return True
+    return host in LOOPBACK_NAMES and (not opened or opened in LOOPBACK_NAMES)
+
+
 def check_token(token: str, name: str, keys: dict[str, str], now: float | None = None) -> str:
     """Validate a put-token; returns the audience it grants (normalised) or raises TokenError."""
     return check_grant(token, name, keys, now)[0]

@@ -19,7 +19,7 @@ from . import control, management
 from . import values as v
 from .limits import Refused
 from .management import Changes
-from ..amqp.sas import TokenError, check_grant, check_token
+from ..amqp.sas import TokenError, check_grant, check_token, names_this_namespace
 from .state import ConnState
 
 log = logging.getLogger("sbconform.serve")
@@ -42,6 +42,10 @@ class Nodes:
                 raise TokenError(f"unsupported CBS operation {props.get('operation')!r}")
             name = str(props.get("name", ""))
             _audience, expiry = check_grant(str(request.body), name, self.keys)
+            host = urlparse(name).hostname if "://" in name else None
+            if not names_this_namespace(host, state.connection.remote_hostname):
+                raise TokenError(f"the token's audience names the namespace {host!r}, not this one "
+                                 f"({state.connection.remote_hostname or 'localhost'!r})")
             path = (urlparse(name).path.strip("/") if "://" in name else name.strip("/")).lower()
             if len(state.audiences) >= self.limits.max_tokens and path not in state.audiences:
                 raise TokenError(f"more than {self.limits.max_tokens} tokens on one connection (--max-tokens)")
