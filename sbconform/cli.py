@@ -33,8 +33,16 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusal of a command line is one line (what, where, and where
+    the help is), exit 2: the usage block is for ``--help``, not for every typo."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sbconform", description="Azure Service Bus conformance kit")
+    parser = Parser(prog="sbconform", description="Azure Service Bus conformance kit")
     parser.add_argument("--version", action="version", version=f"sbconform {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):

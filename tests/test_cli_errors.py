@@ -273,3 +273,72 @@ def test_generate_shows_a_live_line_on_a_terminal_only(tmp_path, monkeypatch, ca
     assert main(["generate", "--events", "30000", "--entities", "2", "--out", str(tmp_path / "b")]) == 0
     assert shown and shown == sorted(shown) and shown[-1] >= 0
     assert "/30,000 events, " in capsys.readouterr().out  # the live line
+
+
+def parse_error(capsys, argv: list[str]) -> str:
+    """The command line refused when parsed: one line, exit 2, no traceback (nor usage block)."""
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(argv)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("flag", ["--idle-timeout", "--open-timeout", "--close-grace", "--accept-backoff"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "1e300"])
+def test_serve_refuses_seconds_that_are_not_a_finite_positive_number(capsys, flag, value) -> None:
+    """``nan`` passed the ``<= 0`` check and every connection was then reset (proton's secs2millis)."""
+    line = parse_error(capsys, ["serve", "--port", "0", f"{flag}={value}"])
+    assert flag in line and value in line, line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "soon"])
+def test_certify_refuses_a_shard_timeout_that_is_not_a_finite_positive_number(capsys, value) -> None:
+    line = parse_error(capsys, ["certify", f"--shard-timeout={value}"])
+    assert "--shard-timeout" in line and value in line, line
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_record_refuses_a_rotate_size_that_is_not_a_finite_positive_number(capsys, value) -> None:
+    line = parse_error(capsys, ["record", "--upstream", "x", "--out", "o", f"--rotate={value}"])
+    assert "--rotate" in line and value in line, line
+
+
+def test_the_seconds_options_still_take_good_values() -> None:
+    args = build_parser().parse_args(["serve", "--idle-timeout", "2.5", "--close-grace", "1"])
+    assert args.idle_timeout == 2.5 and args.close_grace == 1.0
+    assert build_parser().parse_args(["certify", "--shard-timeout", "30"]).shard_timeout == 30.0
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_replay_of_a_file_that_is_not_a_trace_names_the_file_and_its_suffix(capsys, tmp_path, local) -> None:
+    """Refused before any reader (or Spark) starts: one line naming the file, exit 2."""
+    path = tmp_path / "x.json"
+    path.write_text('{"a": 1}\n')
+    line = one_error(capsys, ["replay", *(["--local"] if local else []), str(path)])
+    assert str(path) in line and "'.json'" in line and ".jsonl" in line and ".parquet" in line
+    assert "Arrow" not in line
+
+
+@pytest.mark.parametrize("argv", [["--out", "x.txt"], ["--out", "x.json"], ["--out", "x.csv"],
+                                  ["--layout", "time", "--out", "plain"], ["--layout", "by-piece", "--out", "t.parquet"]])
+def test_generate_refuses_an_out_that_is_neither_a_trace_file_nor_a_directory(capsys, tmp_path, argv) -> None:
+    """README: ``--out`` is a directory (by-piece layout) or a .parquet / .jsonl file. A name
+    that looks like another kind of file is refused, not made into a directory."""
+    name = argv[-1]
+    argv = [*argv[:-1], str(tmp_path / name)]
+    line = one_error(capsys, ["generate", "--events", "10", *argv])
+    assert str(tmp_path / name) in line and ".parquet" in line and ".jsonl" in line
+    assert not (tmp_path / name).exists() and list(tmp_path.iterdir()) == []
+
+
+def test_generate_out_names_that_work(tmp_path) -> None:
+    pytest.importorskip("pyarrow")
+    for name, extra, is_dir in (("t.parquet", [], False), ("t.jsonl", [], False), ("run1", [], True),
+                                ("run.2026-11-28", [], True), ("t.pq", [], False), ("t.ndjson", [], False),
+                                ("x.final", ["--layout", "by-piece"], True)):
+        out = tmp_path / name
+        assert main(["generate", "--events", "10", "--out", str(out), *extra]) == 0, name
+        assert out.is_dir() == is_dir and out.exists(), name
+        assert main(["replay", "--local", str(out)]) == 0, name

@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from ..argtypes import seconds
+
 
 def run(args: argparse.Namespace) -> int:
     from ..certify import certify
@@ -53,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="run the tests in N processes side by side (real-time targets wait in parallel); "
                         "default: the number of cores")
-    p.add_argument("--shard-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--shard-timeout", type=seconds(), default=None, metavar="SECONDS",
                    help="stop a test process still running after this long; "
                         "its unfinished tests are reported as failed (timed out)")
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML, one test case per clause")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 
 
@@ -20,9 +21,12 @@ def _size(text: str) -> int:
     mult = units.get(t[-1:], 1)
     number = t[:-1] if t[-1:] in units else t
     try:
-        value = int(float(number) * mult)
+        value = float(number) * mult
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 256M)") from None
+    if not math.isfinite(value):  # int() of inf is an OverflowError, which argparse does not catch
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 256M)")
+    value = int(value)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
     return value

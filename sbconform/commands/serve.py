@@ -7,19 +7,26 @@ import logging
 import signal
 import sys
 
-#: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py)
+from ..argtypes import AMQP_MILLIS_MAX_SECONDS, seconds, whole
+
+#: a duration flag: finite, above 0, and at most what AMQP's milliseconds can carry
+SECONDS = seconds(AMQP_MILLIS_MAX_SECONDS)
+COUNT = whole(1)
+
+#: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py);
+#: each kind refuses a bad value when the command line is parsed (sbconform/argtypes.py)
 LIMIT_FLAGS = {
-    "--max-delivery-size": ("max_delivery_size", int, "largest delivery in bytes, over all its frames; past it the connection is closed"),
-    "--max-output-buffer": ("max_output_buffer", int, "bytes buffered for one connection before the server stops reading from and sending to it"),
-    "--open-timeout": ("open_timeout", float, "seconds a new connection has to send its OPEN"),
-    "--idle-timeout": ("idle_timeout", float, "seconds without a frame before a connection is closed (advertised in OPEN)"),
-    "--max-connections": ("max_connections", int, "connections served at once; more are closed on accept"),
-    "--max-links": ("max_links", int, "links open at once on one connection"),
-    "--max-tokens": ("max_tokens", int, "CBS tokens (audiences) one connection may hold"),
-    "--link-credit": ("link_credit", int, "credit granted to each sending link"),
-    "--max-frame-size": ("max_frame_size", int, "largest AMQP frame in bytes (advertised in OPEN; at least 512)"),
-    "--accept-backoff": ("accept_backoff", float, "seconds the listener pauses when out of file descriptors"),
-    "--close-grace": ("close_grace", float, "seconds a connection the server closes has to read its CLOSE"),
+    "--max-delivery-size": ("max_delivery_size", COUNT, "largest delivery in bytes, over all its frames; past it the connection is closed"),
+    "--max-output-buffer": ("max_output_buffer", COUNT, "bytes buffered for one connection before the server stops reading from and sending to it"),
+    "--open-timeout": ("open_timeout", SECONDS, "seconds a new connection has to send its OPEN"),
+    "--idle-timeout": ("idle_timeout", SECONDS, "seconds without a frame before a connection is closed (advertised in OPEN)"),
+    "--max-connections": ("max_connections", COUNT, "connections served at once; more are closed on accept"),
+    "--max-links": ("max_links", COUNT, "links open at once on one connection"),
+    "--max-tokens": ("max_tokens", COUNT, "CBS tokens (audiences) one connection may hold"),
+    "--link-credit": ("link_credit", COUNT, "credit granted to each sending link"),
+    "--max-frame-size": ("max_frame_size", COUNT, "largest AMQP frame in bytes (advertised in OPEN; at least 512)"),
+    "--accept-backoff": ("accept_backoff", SECONDS, "seconds the listener pauses when out of file descriptors"),
+    "--close-grace": ("close_grace", SECONDS, "seconds a connection the server closes has to read its CLOSE"),
 }
 
 
@@ -34,12 +41,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform serve needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
         return 2
     chosen = {}
-    for flag, (name, _kind, _help) in LIMIT_FLAGS.items():
+    for name, _kind, _help in LIMIT_FLAGS.values():
         value = getattr(args, name)
         if value is not None:
-            if value <= 0:
-                print(f"sbconform serve: {flag} {value}: expected a positive number", file=sys.stderr)
-                return 2
             chosen[name] = value
     try:
         limits = Limits(**chosen)
