@@ -14,11 +14,11 @@ import socket
 import time
 from typing import Any, Callable
 
-from cproton import (PN_EOS, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated,
-                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_transport_capacity,
-                     pn_transport_pending, pn_transport_pop)
+from cproton import (PN_EOS, addressof, pn_collector_peek, pn_collector_pop, pn_delivery_link, pn_delivery_updated,
+                     pn_event_delivery, pn_event_link, pn_event_type, pn_event_type_name, pn_link_is_receiver,
+                     pn_transport_capacity, pn_transport_pending, pn_transport_pop)
 from cproton_ffi import ffi as _ffi, lib as _lib
-from proton import Delivery, Endpoint, Event, Link
+from proton import Delivery, Endpoint, Event
 
 from sbreference import ServiceBusError
 
@@ -344,7 +344,7 @@ class ConnectionLoop:
                 if number == _DELIVERY:  # the most frequent: no Event wrapper, the delivery itself
                     self._delivery(state, pn_event_delivery(raw))
                 elif number == _LINK_FLOW:  # the next: the link itself
-                    self._flow(state, state.link_of(pn_event_link(raw)))
+                    self._flow(state, pn_event_link(raw))
                 else:
                     self._event(state, Event.wrap(raw))
             except Exception:  # never let one client's input stop the server
@@ -357,15 +357,15 @@ class ConnectionLoop:
     def _delivery(self, state: ConnState, impl: Any) -> None:
         """A transfer in, or the client's disposition of one we sent (``impl``: proton's C
         delivery; a disposition is read without the delivery's Python wrapper)."""
-        link = state.link_of(pn_delivery_link(impl))
-        if link.is_receiver:
-            self._incoming(state, link, Delivery(impl))
+        link = pn_delivery_link(impl)  # (proton's C link: a disposition needs no wrapper of it)
+        if pn_link_is_receiver(link):
+            self._incoming(state, state.link_of(link), Delivery(impl))
         elif pn_delivery_updated(impl):
             self._settled_by_client(state, link, impl)
 
-    def _flow(self, state: ConnState, link: Link) -> None:
-        """The client's flow on a link: a receiver of ours is served its credit."""
-        info = state.link_info.get(link)
+    def _flow(self, state: ConnState, link: Any) -> None:
+        """The client's flow on a link (proton's C link): a receiver of ours is served its credit."""
+        info = state.link_info.at.get(addressof(link))
         if info is not None and info.receiving is not None:
             self._serve(info.receiving)
 

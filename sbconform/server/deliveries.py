@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cproton import (PN_ACCEPTED, pn_delivery, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled,
+from cproton import (PN_ACCEPTED, addressof, pn_delivery, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled,
                      pn_delivery_update, pn_link_advance, pn_link_send)
 from proton import Delivery, Endpoint, Link
 
@@ -90,9 +90,9 @@ class Deliveries:
         else:
             self.waiting[r.key].discard(r)
 
-    def _settled_by_client(self, state: ConnState, link: Link, impl: Any) -> None:
-        """The client's disposition of a delivery we sent (``impl``: proton's C delivery)."""
-        info = state.link_info.get(link)
+    def _settled_by_client(self, state: ConnState, link: Any, impl: Any) -> None:
+        """The client's disposition of a delivery we sent (``link``, ``impl``: proton's C link and delivery)."""
+        info = state.link_info.at.get(addressof(link))
         r: Receiving | None = info.receiving if info is not None else None
         tag = v.tag_of(impl)
         token = r.tokens.get(tag) if r is not None else None

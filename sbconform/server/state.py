@@ -73,6 +73,41 @@ class LinkInfo:
         self.receiving: Receiving | None = None
 
 
+class LinkRecords(dict):
+    """``ConnState.link_info``: the ``LinkInfo`` of each link by its proton wrapper, and the same
+    records by the link's C address (``at``): a disposition or a flow is looked up from proton's
+    C link, without a wrapper (whose hash and equality run in Python). A record holds its
+    wrapper, and the wrapper its C link: no other link takes that address meanwhile. Every change
+    goes through ``[link] =``, ``del``, ``pop`` and ``clear``, which keep both."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: dict[int, LinkInfo] = {}
+
+    def __setitem__(self, link: Link, info: LinkInfo) -> None:
+        super().__setitem__(link, info)
+        self.at[addressof(link._impl)] = info
+
+    def __delitem__(self, link: Link) -> None:
+        super().__delitem__(link)
+        del self.at[addressof(link._impl)]
+
+    def pop(self, link: Link, *default: Any) -> Any:
+        self.at.pop(addressof(link._impl), None)
+        return super().pop(link, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self.at.clear()
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("LinkRecords changes only through [link] =, del, pop and clear (which keep .at)")
+
+    setdefault = update = popitem = __ior__ = _unsupported
+
+
 class ConnState:
     """What the server knows about one client connection."""
 
@@ -95,7 +130,7 @@ class ConnState:
         self.model_conn = model_conn
         self.audiences: dict[str, int] = {}  # entity path (lower case) -> expiry (epoch s) of the token for it
         self.granted: set[Link] = set()  # entity links opened on a grant (checked again at every tick)
-        self.link_info: dict[Link, LinkInfo] = {}  # our record of each of its links
+        self.link_info = LinkRecords()  # our record of each of its links (by wrapper, and by C address: .at)
         self.open_deadline = time.monotonic() + limits.open_timeout
         self.opened = False  # the client's OPEN arrived
         self.closing = False  # we closed the connection: its input is read and dropped

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
-from cproton import bytes2pybytes
+from cproton_ffi import ffi as _ffi
 from cproton_ffi import lib as _lib
 from proton import Array, Condition, Delivery, symbol
 
@@ -73,9 +73,13 @@ def delivery_tag(delivery: Delivery) -> bytes:
     return tag_of(delivery._impl)
 
 
+_unpack = _ffi.unpack
+
+
 def tag_of(impl: Any) -> bytes:
     """The tag of proton's C delivery ``impl`` (as sent: ``Delivery.tag`` decodes it as text)."""
-    return bytes2pybytes(_lib.pn_delivery_tag(impl))
+    tag = _lib.pn_delivery_tag(impl)
+    return _unpack(tag.start, tag.size)  # (ffi.unpack: bytes in one call, no buffer object)
 
 
 def condition(error: ServiceBusError) -> Condition:
