@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from cproton import (PN_ACCEPTED, addressof, pn_delivery, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled,
-                     pn_delivery_update, pn_link_advance, pn_link_send)
+from cproton import (PN_ACCEPTED, addressof, pn_delivery_remote_state, pn_delivery_settle, pn_delivery_settled,
+                     pn_delivery_update, pn_link_advance)
+from cproton_ffi import ffi as _ffi
+from cproton_ffi import lib as _lib
 from proton import Delivery, Endpoint, Link
 
 from sbreference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
@@ -70,8 +72,11 @@ class Deliveries:
             for d in part:
                 token = d.lock_token
                 tag = v.lock_tag(token) if token is not None else r.conn.next_tag()
-                dlv = pn_delivery(impl, tag)  # (Link.delivery, send, advance and settle at the C level)
-                link._check(pn_link_send(impl, self._encode(d)))
+                dlv = _lib.pn_delivery(impl, (len(tag), _ffi.from_buffer(tag)))  # (Link.delivery, send, advance, settle in C)
+                data = self._encode(d)
+                sent = _lib.pn_link_send(impl, _ffi.from_buffer(data), len(data))
+                if sent < 0:
+                    link._check(sent)  # raised as Link.send raises it
                 pn_link_advance(impl)
                 if settled:
                     pn_delivery_settle(dlv)
