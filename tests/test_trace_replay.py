@@ -519,6 +519,36 @@ def test_spark_replay_of_a_time_ordered_file_shuffles_and_agrees(spark, tmp_path
     assert exit_code(legal) == 0 and legal["valid"] == legal["pieces"] == 5
 
 
+def test_spark_replay_refuses_a_bad_jsonl_line_exactly_as_the_local_replay_does(spark, tmp_path):
+    """Spark's JSON reader (permissive) turns a line it cannot parse into nulls: dropped, it
+    made a false verdict (a violation, or valid). A bad line is refused with the local
+    replay's own message (file:line), a line cut at the very end gets its note."""
+    from sbconform.trace.replay import replay_spark
+
+    path = tmp_path / "t.jsonl"
+    generate(path, 800, entities=2, seed=2, inject=["double-delivery"])
+    lines = path.read_text().splitlines(True)
+    bad = {"cut-event": lines[:40] + [lines[40][:40] + "\n"] + lines[41:],
+           "garbage": lines[:20] + ["garbage\n"] + lines[20:],
+           "not-an-event": lines[:20] + ['{"x": 1}\n'] + lines[20:],
+           "not-an-object": lines[:20] + ['5\n'] + lines[20:]}
+    for name, text in bad.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text("".join(text))
+        with pytest.raises(TraceFormatError) as local:
+            replay_local([str(p)])
+        with pytest.raises(TraceFormatError) as on_spark:
+            replay_spark([str(p)], str(tmp_path / f"r-{name}"), spark=spark)
+        assert str(on_spark.value) == str(local.value) and f"{name}.jsonl:" in str(local.value)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines)[:-25])
+    notes = []
+    local = local_summary(replay_local([str(cut)], notes=notes), locate([str(cut)]), 1)
+    summary = replay_spark([str(cut)], str(tmp_path / "r-cut"), spark=spark)
+    assert notes and summary["notes"] == notes
+    assert (summary["events"], summary["violations"], summary["errors"]) == (local["events"], 1, 0)
+
+
 @pytest.mark.skipif(not HEAVY, reason="heavy: set SBCONFORM_HEAVY=1 (1 million events through Spark)")
 def test_heavy_a_million_events_through_spark(spark, tmp_path):
     from sbconform.trace.replay import replay_spark

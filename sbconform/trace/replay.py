@@ -274,6 +274,8 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
                         report.append(f"{path}:{number}: last line cut short; everything before it was checked")
                     break
                 raise TraceFormatError(f"{path}:{number}: not JSON ({error})") from None
+            if not isinstance(obj, dict):
+                raise TraceFormatError(f"{path}:{number}: not a JSON object (a {type(obj).__name__})")
             if "format" in obj and "pos" not in obj:
                 continue  # the header
             rows.append(check_event(obj, f"{path}:{number}"))

@@ -13,27 +13,115 @@ from sbreference.paths import ENTITY_KEY_PATTERNS
 
 from ..progress import LiveLine, SparkStages
 from .checker import DEFAULT_SEARCH_BOUND
-from .replay import (RESULT_DDL, TRACE_DDL, _is_remote, _parquet_batches, check_batches, error_row, locate,
-                     result_schema, summarize, validate_batch)
+from .replay import (_REQUIRED, RESULT_DDL, TRACE_DDL, _is_remote, _jsonl_batches, _parquet_batches, check_batches,
+                     error_row, locate, result_schema, summarize, validate_batch)
 from .schema import FIELD_NAMES, TraceFormatError
+
+#: JSON Lines on Spark: Spark's reader (permissive) makes a line it cannot parse a row of nulls,
+#: its text in ``CORRUPT``. Such a row, or one lacking a required field, is a bad line: ``BAD``
+#: holds its file (null on every good line). It is never checked, never dropped: its task
+#: returns a ``BAD_LINE`` row and the driver settles it (``_settle_bad_lines``).
+CORRUPT = "_corrupt_record"
+BAD = "_bad_file"
+BAD_LINE = "bad-line"
 
 # ------------------------------------------------------------------ on Spark
 
 
 def check_partition(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND) -> Iterator:
-    """The ``mapInArrow`` function: the pieces of one Spark partition -> one row each."""
+    """The ``mapInArrow`` function: the pieces of one Spark partition -> one row each (and one
+    ``BAD_LINE`` row per input file with lines that are not trace events)."""
     import pyarrow as pa
 
+    bad: dict[str, list] = {}
     try:
         def validated():
             for batch in batches:
+                if BAD in batch.schema.names:
+                    batch = _set_aside(batch, bad)
                 validate_batch(batch, "trace")
                 yield batch
         results = check_batches(validated(), search_bound)
     except TraceFormatError as error:
         results = [error_row(str(error))]
+    # a bad line's row: kind BAD_LINE, observed its file (Spark's URI), seq how many such lines
+    # this task saw in that file, reason the first one's text
+    results += [{**error_row(first), "kind": BAD_LINE, "observed": file, "seq": n} for file, (n, first) in bad.items()]
     if results:
         yield pa.RecordBatch.from_pylist(results, schema=result_schema())
+
+
+def _set_aside(batch, bad: dict[str, list]):
+    """The batch without its bad lines (counted in ``bad``: file -> [count, first text]) and
+    without the ``BAD`` / ``CORRUPT`` columns."""
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    files = batch.column(names.index(BAD))
+    extra = [BAD, CORRUPT]
+    if files.null_count < len(files):
+        mask = pc.is_valid(files)
+        texts = batch.column(names.index(CORRUPT)).filter(mask).to_pylist()
+        positions = batch.column(names.index("pos")).filter(mask).to_pylist()
+        for file, text, pos in zip(files.filter(mask).to_pylist(), texts, positions):
+            seen = bad.setdefault(file, [0, text if text is not None else f"an event (pos {pos}) lacking a required field"])
+            seen[0] += 1
+        batch = batch.filter(pc.invert(mask))
+    return batch.drop_columns([c for c in extra if c in names])
+
+
+def _json_events(spark, files: list[str]):
+    """The events of JSON Lines files, the header lines left out, and ``BAD`` set on every
+    line that is not a trace event."""
+    from pyspark.sql import functions as F
+
+    df = (spark.read.schema(f"{TRACE_DDL}, `format` STRING, `{CORRUPT}` STRING")
+          .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT).json(files))
+    header = F.col("format").isNotNull() & F.col("pos").isNull() & F.col(CORRUPT).isNull()  # as _jsonl_batches
+    bad = F.col(CORRUPT).isNotNull()
+    for name in _REQUIRED:
+        bad = bad | F.col(name).isNull()
+    return df.where(~header).withColumn(BAD, F.when(bad, F.input_file_name()))
+
+
+def _settle_bad_lines(rows: list[dict], files: list[str], notes: list[str]) -> list[dict]:
+    """The tasks' ``BAD_LINE`` rows, settled as ``replay --local`` would: a local file is read
+    line by line by the local reader, which raises its own ``file:line`` error; a line cut at
+    the very end (the only bad line of its file) is a note, as in the local replay. Anything
+    else (a remote file, a line Spark refuses that the local reader takes) is an error row."""
+    bad = [r for r in rows if r["kind"] == BAD_LINE]
+    if not bad:
+        return rows
+    kept = [r for r in rows if r["kind"] != BAD_LINE]
+    by_file: dict[str, list[dict]] = {}
+    for r in bad:
+        by_file.setdefault(r["observed"], []).append(r)
+    for uri, found in sorted(by_file.items()):
+        count = sum(r["seq"] for r in found)
+        path = _local_path(uri, files)
+        if path is not None:
+            cut: list[str] = []
+            for _ in _jsonl_batches(path, report=cut):  # a bad line raises TraceFormatError here
+                pass
+            if cut and count == 1:
+                notes += cut
+                continue
+        kept.append(error_row(f"{path or uri}: {count} line(s) Spark's JSON reader could not read as trace events "
+                              f"(the first: {str(found[0]['reason'])[:120]!r})"))
+    return kept
+
+
+def _local_path(uri: str, files: list[str]) -> str | None:
+    """The input file (as given) that Spark's ``input_file_name()`` URI names; None if remote."""
+    from urllib.parse import unquote, urlparse
+
+    if _is_remote(uri):
+        return None
+    target = Path(unquote(urlparse(uri).path) if uri.startswith("file:") else uri).resolve()
+    for f in files:
+        if not _is_remote(f) and Path(f.removeprefix("file://")).resolve() == target:
+            return f
+    return None
 
 
 def _bound_checker(search_bound: int):
@@ -103,7 +191,14 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     if layout is not None:
         where["layout"] = layout
     own = spark is None
-    spark = spark or spark_session(master)
+    if own:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:  # this process's session (a notebook's, a test run's): used as it is, left running
+            spark, own = active, False
+        else:
+            spark = spark_session(master)
     try:
         if where["layout"] == "by-piece" and reader == "arrow":  # tasks read their bucket files themselves
             files = _largest_first(where["files"])
@@ -117,7 +212,7 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
             else:
                 if where["format"] == "json":
-                    df = spark.read.schema(TRACE_DDL).json(where["files"]).where(F.col("pos").isNotNull())
+                    df = _json_events(spark, where["files"])
                 else:
                     df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
                 piece = F.col("entity")
@@ -126,7 +221,8 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 piece = F.lower(piece)
                 n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
                 df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
-            df = df.select(*[c for c in FIELD_NAMES if c != "trace"])  # the trace id is the same on every row: not shipped
+            # the trace id is the same on every row: not shipped
+            df = df.select(*[c for c in FIELD_NAMES if c != "trace"], *([BAD, CORRUPT] if BAD in df.columns else []))
             result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
         live = progress if progress is not None else LiveLine(live=False)
         with SparkStages(spark.sparkContext.statusTracker(), live):
@@ -137,6 +233,8 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 # One row per piece comes back to the driver (never an event): far fewer rows
                 # than events, and one Spark job instead of a write and a read
                 rows = [r.asDict() for r in result.collect()]
+        notes: list[str] = []
+        rows = _settle_bad_lines(rows, where["files"], notes)
         if not _is_remote(out):
             _write_results(rows, Path(out))
     finally:
@@ -158,6 +256,7 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
     if duplicated:
         summary["errors"] = summary.get("errors", 0) + 1
         summary["notes"].append(f"pieces split across tasks (layout not by piece?): {duplicated}")
+    summary["notes"] += notes
     summary["problems"] = shown
     if not _is_remote(out):
         Path(out).mkdir(parents=True, exist_ok=True)
