@@ -178,11 +178,11 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
           + (f", clauses {' '.join(clauses)}" if clauses else "") + f"; test output in {log_path}", file=out, flush=True)
     run = _Run(command, base, raw_path, env, root, log_path, secrets, catalog, out if interactive else None)
     previous = {s: signal.signal(s, run.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    incomplete = None
+    incomplete = interrupted = None
     try:
         raw = run.execute(jobs, shard_timeout)
     except Interrupted as stop:
-        incomplete = f"interrupted by {stop}"
+        incomplete = interrupted = f"interrupted by {stop}"
         raw = run.partial_results()
     finally:
         run.stop_all()
@@ -195,6 +195,11 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         print(f"sbconform certify: the test run broke ({run.broke}); no report written; full output in {log_path}",
               file=sys.stderr, flush=True)
         return 2
+    patterns = [p.strip() for arg in clauses for p in arg.split(",") if p.strip()]
+    raw["selection"] = raw.get("selection") or patterns  # a run killed before it said so is still narrowed
+    if run.timed_out and not incomplete:  # the user's time limit stopped tests: nothing is certified
+        incomplete = (f"{run.timed_out} test process{'es' if run.timed_out > 1 else ''} stopped by --shard-timeout "
+                      f"{shard_timeout:g} s before finishing; {len(run.stuck)} test(s) did not finish")
     covered = None
     if pytest_args:  # narrowed by pytest arguments: what it did not run is not thereby uncovered
         from .coverage import check
@@ -219,10 +224,18 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
           f"SHOULD/MAY, {s['informational_fail']} INFO, {s['expected_fail']} expected), {s['skip']} skip, "
           f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}\n"
           + "\n".join(f"  {p}" for p in written), file=out, flush=True)
-    if incomplete:
+    if interrupted:
         print(f"sbconform certify: {incomplete}: the children were stopped; partial report marked incomplete",
               file=sys.stderr, flush=True)
         return INTERRUPTED
+    if incomplete:
+        print(f"sbconform certify: {incomplete}: report marked incomplete, not certified; raise --shard-timeout "
+              f"if the tests need longer", file=sys.stderr, flush=True)
+        # a MUST clause whose test timed out fails (as --help says); else nothing was graded that could fail
+        return 1 if s["strict_fail"] else 2
+    if not raw["tests"]:
+        print("sbconform certify: no test ran; nothing is graded", file=sys.stderr, flush=True)
+        return 2
     return 0 if s["passed"] else 1
 
 
@@ -241,6 +254,8 @@ class _Run:
         self.progress_out = progress_out
         self.started = time.monotonic()
         self.stopping = False
+        self.timed_out = 0  # test processes stopped by the shard timeout
+        self.stuck: list[str] = []  # their unfinished tests
 
     def on_signal(self, signum, frame) -> None:
         if not self.stopping:
@@ -384,10 +399,14 @@ class _Run:
         metas, tests = read_partial(partial)
         partial.unlink(missing_ok=True)
         done = {t["nodeid"] for t in tests}
-        reason = f"timed out: the test process was still running after {timeout:g} s and was stopped"
+        reason = (f"timed out: stopped by --shard-timeout {timeout:g} s (the command's time limit) before it "
+                  f"finished; not a verdict of the target's behaviour unless the target hung")
         stuck = [nodeid for nodeid in (shard or list(metas)) if nodeid not in done]
-        print(f"sbconform: a test process timed out after {timeout:g} s; not finished: {', '.join(stuck)}",
-              file=sys.stderr)
+        self.timed_out += 1
+        self.stuck += stuck
+        print(f"sbconform certify: --shard-timeout {timeout:g} s: a test process was still running and was stopped; "
+              f"{len(stuck)} test(s) not finished" + (f": {', '.join(stuck[:5])}" if stuck else "")
+              + (f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""), file=sys.stderr, flush=True)
         for nodeid in stuck:
             meta: TestMeta = metas.get(nodeid) or default_meta(nodeid)
             tests.append(make_result(nodeid, meta, "call", "fail", reason))

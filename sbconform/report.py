@@ -22,7 +22,8 @@ MAY clause is **non-strict** and an INFO clause **informational**: both are repo
 neither fails certification. An unexpected pass (the expectations file is wrong) fails it
 whatever the level. A run narrowed to some clauses (``--clause``, or pytest arguments)
 grades those clauses only and is never "CERTIFIED": its verdict says "selected clauses".
-An interrupted run's report is marked incomplete and certifies nothing.
+An interrupted run's report (or one whose tests a ``--shard-timeout`` stopped) is marked
+incomplete and certifies nothing; nor does a run that graded no clause at all.
 
 Each clause has a **subject** (Jepsen's distinction between the system and the client
 that drives it): ``broker`` for what a broker does, ``client`` for clauses tagged
@@ -185,14 +186,16 @@ def build_report(
     summary["passed"] = summary["strict_fail"] == 0 and not incomplete  # no MUST clause failed
     summary["scope"] = "selection" if (selection or narrowed) else "catalog"
     summary["incomplete"] = incomplete
-    summary["certified"] = summary["passed"] and summary["scope"] == "catalog"
+    # a run that graded nothing (no test ran, or every clause uncovered) certifies nothing
+    summary["certified"] = summary["passed"] and summary["scope"] == "catalog" and graded > 0
     if incomplete:
         summary["verdict"] = f"INCOMPLETE ({incomplete}): not certified"
     elif summary["scope"] == "selection":
         summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded "
                               f"(a narrowed run: not a certification of the catalog)")
     else:
-        summary["verdict"] = "CERTIFIED" if summary["certified"] else "NOT CERTIFIED"
+        summary["verdict"] = "CERTIFIED" if summary["certified"] else (
+            "NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)")
     return {
         "target": target,
         "finished": raw.get("finished"),

@@ -126,6 +126,9 @@ def test_a_stuck_shard_is_stopped_and_its_unfinished_tests_fail_as_timed_out(tmp
     scenarios = [s for c in report["clauses"].values() for s in c.get("scenarios", [])]
     stuck = [s for s in scenarios if "not_deferred" in s["id"]]
     assert stuck and all(s["outcome"] == "fail" and s["reason"].startswith("timed out") for s in stuck)
+    # the user's time limit stopped them: the reason says so, and the run is not complete
+    assert all("--shard-timeout 15 s" in s["reason"] for s in stuck)
+    assert "--shard-timeout 15 s" in report["summary"]["incomplete"] and "INCOMPLETE" in report["summary"]["verdict"]
     assert any(s["outcome"] == "pass" for s in scenarios)  # the other tests' results survive
     assert not list((tmp_path / "report").glob("results.*.json*"))
 
@@ -202,3 +205,48 @@ def test_progress_is_a_live_line_per_clause_on_a_terminal_and_a_summary_per_area
     assert "\r" not in quiet.getvalue()
     assert any(re.match(r"settlement: [4-9] pass", line.strip()) for line in lines), lines
     assert not any("PASSED" in line or "::" in line for line in lines[:-4])  # no test runner output
+
+
+def _stuck_before_any_test(tmp_path: Path, monkeypatch) -> None:
+    """A test process that hangs before it reports a single test (loaded through
+    PYTEST_PLUGINS, so the run is not narrowed by test arguments)."""
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sb_hang_early.py").write_text(
+        "import sys, time\n\n"
+        "def pytest_sessionstart(session):\n"
+        "    if '--collect-only' not in sys.argv:\n"
+        "        time.sleep(300)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(plugin))
+    monkeypatch.setenv("PYTEST_PLUGINS", "sb_hang_early")
+
+
+@pytest.mark.parametrize("clauses", [[], ["SETTLE-LOCK-003"]])
+def test_a_run_whose_every_test_process_timed_out_is_never_certified(tmp_path: Path, monkeypatch, capsys, clauses) -> None:
+    """Finding 1: every shard killed by --shard-timeout gave '0 pass, 0 fail, 198 uncovered ->
+    CERTIFIED', exit 0 (with --clause too, although a narrowed run is never CERTIFIED)."""
+    from sbconform.certify import certify
+
+    _stuck_before_any_test(tmp_path, monkeypatch)
+    started = time.monotonic()
+    code = certify("reference", tmp_path / "r", clauses=clauses, jobs=1, shard_timeout=3)
+    assert time.monotonic() - started < 60
+    assert code == 2, code  # nothing ran: the run could not be made, and no MUST clause failed
+    summary = json.loads((tmp_path / "r" / "report.json").read_text())["summary"]
+    assert summary["certified"] is False and summary["passed"] is False
+    assert "CERTIFIED" not in summary["verdict"].replace("not certified", "") and "PASSED" not in summary["verdict"]
+    assert "--shard-timeout 3 s" in summary["incomplete"]
+    assert summary["scope"] == ("selection" if clauses else "catalog")
+    err = capsys.readouterr().err
+    assert "--shard-timeout" in err and "Traceback" not in err
+
+
+def test_a_report_of_no_test_at_all_certifies_nothing() -> None:
+    from sbspec import load_catalog
+
+    from sbconform.report import build_report
+    from sbconform.results import empty_run
+
+    summary = build_report(empty_run(), load_catalog())["summary"]
+    assert summary["graded"] == 0 and summary["certified"] is False and summary["verdict"] != "CERTIFIED"
