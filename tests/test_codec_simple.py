@@ -69,3 +69,17 @@ def test_the_simple_reading_agrees_with_the_general_walk(message_id, nulls, body
             data[at] = value
     data = bytes(data[:cut] if cut < len(data) and cut % 2 else data)
     assert _outcome(_decode, data) == _outcome(_general, data)
+
+
+def test_a_kept_header_is_the_one_written_anew() -> None:
+    """``codec.header`` keeps the headers it wrote (most messages share a few): the kept one
+    and one written with the cache empty are the same bytes, for every field's form."""
+    cases = [(b"\x42", b"\x40", None, 0), (b"\x41", b"\x50\x09", 60_000, 2), (b"\x40", b"\x40", 2**40, 2**40)]
+    first = [codec.header(*case) for case in cases]
+    kept = dict(codec._HEADERS)
+    codec._HEADERS.clear()
+    try:
+        assert [codec.header(*case) for case in cases] == first == [codec.header(*case) for case in cases]
+    finally:
+        codec._HEADERS.update(kept)
+    assert values.read(first[1], 3)[0] == [True, 9, 60_000, False, 2]

@@ -332,10 +332,21 @@ def _ms(when: Any) -> int:
 # ---------------------------------------------------------------- encoding
 def header(durable: bytes, priority: bytes, ttl: int | None, delivery_count: int) -> bytes:
     """The header section, every field written out: a receiver reads delivery-count from it
-    (the Python SDK shows None, not 0, when the header is missing)."""
-    fields = b"".join((durable, priority, b"\x40" if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big"),
-                       b"\x42\x70", min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")))
-    return v.described(HEADER, v.compound(0xC0, 0xD0, [fields], 5))
+    (the Python SDK shows None, not 0, when the header is missing). Most messages share a few
+    headers: the first ``_HEADERS_KEPT`` written are kept."""
+    key = (durable, priority, ttl, delivery_count)
+    section = _HEADERS.get(key)
+    if section is None:
+        fields = b"".join((durable, priority, b"\x40" if ttl is None else b"\x70" + min(ttl, 0xFFFFFFFF).to_bytes(4, "big"),
+                           b"\x42\x70", min(delivery_count, 0xFFFFFFFF).to_bytes(4, "big")))
+        section = v.described(HEADER, v.compound(0xC0, 0xD0, [fields], 5))
+        if len(_HEADERS) < _HEADERS_KEPT:
+            _HEADERS[key] = section
+    return section
+
+
+_HEADERS: dict[tuple[bytes, bytes, int | None, int], bytes] = {}
+_HEADERS_KEPT = 4096
 
 
 #: the keys of the annotations the broker sets, encoded once
