@@ -37,6 +37,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture(scope="session")
+def spark():
+    """One small local Spark session for the whole run (the JVM takes seconds to start): the
+    tests that replay on Spark in this process use it, ``sbconform replay`` run in this
+    process too (it leaves a session it did not start running)."""
+    pytest.importorskip("pyspark")
+    import shutil
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java for Spark")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sbconform.trace.replay import spark_session
+
+    session = spark_session("local[2]", "sbconform-tests", {"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
 def sbconform_wheel(tmp_path_factory) -> Path:
     """This checkout's wheel, built once per run for the tests that install it or ship it to
     Spark (offline: ``--no-build-isolation``, with the running interpreter's setuptools)."""

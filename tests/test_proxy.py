@@ -204,7 +204,7 @@ def _broken_run(tmp_path, namespace_class, flow) -> dict:
     return replay(tmp_path / "trace")
 
 
-def test_a_broker_redelivering_a_completed_message_is_named_by_replay(tmp_path):
+def test_a_broker_redelivering_a_completed_message_is_named_by_replay(tmp_path, request, monkeypatch, capsys):
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
     def flow(cs):
@@ -224,19 +224,27 @@ def test_a_broker_redelivering_a_completed_message_is_named_by_replay(tmp_path):
     bad = [r for r in result["results"] if r["status"] == "violation"]
     assert [(r["piece"], r["clause"], r["kind"], r["message_id"]) for r in bad] == [("short", "SETTLE-COMP-001", "delivered-after-complete", "done-once")]
 
-    # the README's way to Spark: convert the recording to Parquet, replay it on Spark (local[1] here)
+    # the README's way to Spark: convert the recording to Parquet, replay it on Spark. `sbconform
+    # replay` runs in this process, on the run's local Spark session (the ``spark`` fixture: one
+    # JVM for the run); tests/test_cli_errors.py runs it in a process of its own, JVM and all
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java for Spark")
+    session = request.getfixturevalue("spark")
     convert = subprocess.run([sys.executable, "-m", "sbconform.cli", "convert", str(tmp_path / "trace"), str(tmp_path / "pq"), "--to", "parquet"],
                              capture_output=True, text=True)
     assert convert.returncode == 0, convert.stderr
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, "-m", "sbconform.cli", "replay", str(tmp_path / "pq"), "--master", "local[1]",
-                           "--out", str(tmp_path / "replay")], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
-    assert "VIOLATION SETTLE-COMP-001" in done.stdout
+    from sbconform.cli import main
+
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+    capsys.readouterr()
+    code = main(["replay", str(tmp_path / "pq"), "--master", "local[1]", "--out", str(tmp_path / "replay")])
+    done = capsys.readouterr()
+    assert code == 1, done.out + done.err[-3000:]
+    assert "VIOLATION SETTLE-COMP-001" in done.out
+    assert not session.sparkContext._jsc.sc().isStopped()  # a session the command did not start: left running
 
 
 def test_a_broker_losing_a_lock_early_is_named_by_replay(tmp_path):

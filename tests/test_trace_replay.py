@@ -1,6 +1,6 @@
 """Trace replay: the checker, the generator and its planted violations, sbconform replay.
 
-Spark runs share one small local session (``spark`` fixture); the 1-million-event run
+Spark runs share one small local session (the ``spark`` fixture, conftest.py); the 1-million-event run
 is opt-in (``SBCONFORM_HEAVY=1``).
 """
 
@@ -468,19 +468,6 @@ def test_cli_generate_and_replay_local_exit_codes(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ Spark
-
-
-@pytest.fixture(scope="session")
-def spark():
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java for Spark")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from sbconform.trace.replay import spark_session
-
-    session = spark_session("local[2]", "sbconform-tests", {"spark.sql.shuffle.partitions": "4"})
-    yield session
-    session.stop()
 
 
 def test_spark_tasks_take_the_bucket_files_largest_first(tmp_path):
