@@ -246,3 +246,87 @@ def test_an_incomplete_last_line_followed_by_blank_lines_is_still_a_cut(tmp_path
     cuts = []
     assert list(read_jsonl(path, on_cut=cuts.append)) == events[:-1]
     assert cuts[0].line == 5 and "incomplete JSON" in str(cuts[0])
+
+
+# ------------------------------------------------------------------ every trace file the tool writes
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """One small scenario, as ``sbconform generate`` writes it: a Parquet file, a JSON Lines
+    file and a by-piece directory (Parquet bucket files)."""
+    pytest.importorskip("pyarrow")
+    from sbconform.trace.generate import generate
+
+    root = tmp_path_factory.mktemp("generated")
+    for name in ("g.parquet", "g.jsonl", "gdir"):
+        generate(root / name, 2_000, entities=4, seed=1)
+    return root
+
+
+def test_diff_and_convert_read_every_trace_generate_writes(generated: Path, tmp_path: Path, capsys) -> None:
+    from sbconform.cli import main
+    from sbconform.trace.diff import diff_paths
+
+    g = generated
+    assert parquet_header(g / "g.parquet")["trace"] == jsonl_header(g / "g.jsonl")["trace"] == "generated-1"
+    for bucket in sorted((g / "gdir").glob("bucket-*.parquet")):
+        assert parquet_header(bucket)["trace"] == "generated-1"
+    assert diff_paths(g / "g.parquet", g / "g.jsonl").same
+    assert diff_paths(g / "gdir", g / "gdir").same  # the bucket files are the pieces of one trace
+    assert diff_paths(g / "gdir", g / "g.jsonl").same
+    assert convert(g / "g.parquet", tmp_path / "back.jsonl") > 0
+    assert list(read_jsonl(tmp_path / "back.jsonl")) == list(read_jsonl(g / "g.jsonl"))
+    assert main(["diff", str(g / "g.parquet"), str(g / "g.jsonl")]) == 0
+    assert main(["diff", str(g / "gdir"), str(g / "gdir")]) == 0
+    assert main(["convert", str(g / "g.parquet"), str(tmp_path / "c.jsonl")]) == 0
+    assert "not a sbconform trace" not in capsys.readouterr().err
+
+
+def test_generate_and_the_parquet_writer_store_the_header_the_same_way(generated: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    convert(generated / "g.jsonl", tmp_path / "c.parquet")
+    assert pq.read_schema(generated / "g.parquet").metadata == pq.read_schema(tmp_path / "c.parquet").metadata
+
+
+def test_a_parquet_trace_from_an_older_generate_is_still_read(tmp_path: Path) -> None:
+    """``generate`` used to store the header under the key ``header``: those files stay readable."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from sbconform.trace.schema import arrow_schema, header
+
+    events = sample(6, trace="old")
+    schema = arrow_schema()
+    schema = schema.with_metadata({**schema.metadata, b"header": json.dumps(header("old")).encode()})
+    pq.write_table(pa.Table.from_pylist(events, schema=schema), tmp_path / "old.parquet")
+    assert parquet_header(tmp_path / "old.parquet")["trace"] == "old"
+    assert list(read_events(tmp_path / "old.parquet")) == events
+
+
+def _corrupt_data_pages(path: Path) -> None:
+    """Overwrite the middle of the data pages, leaving the footer (schema, metadata) intact."""
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    start, end = 4, len(data) - footer
+    middle = (start + end) // 2
+    data[middle - (end - start) // 4: middle + (end - start) // 4] = b"\x5a" * (2 * ((end - start) // 4))
+    path.write_bytes(bytes(data))
+
+
+def test_a_parquet_trace_with_corrupt_data_pages_is_called_corrupt(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("pyarrow")
+    from sbconform.cli import main
+
+    path = tmp_path / "t.parquet"
+    with ParquetWriter(path, "t1") as writer:
+        writer.write_all(sample(2_000))
+    _corrupt_data_pages(path)
+    assert parquet_header(path)["trace"] == "t1"  # the footer is intact: the damage is in the data
+    for argv in (["diff", str(path), str(path)], ["convert", str(path), str(tmp_path / "o.jsonl")],
+                 ["replay", "--local", str(path)]):
+        assert main(argv) == 2, argv
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and str(path) in lines[0] and "corrupt" in lines[0], (argv, lines)
+    assert not (tmp_path / "o.jsonl").exists()

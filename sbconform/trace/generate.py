@@ -34,7 +34,7 @@ from sbreference.operations import settle
 from sbreference.partitioning import sequence_number
 
 from .checker import CLAUSES, piece_key
-from .schema import FIELD_NAMES, arrow_schema, header
+from .schema import FIELD_NAMES, PARQUET_OPTIONS, arrow_schema, header, parquet_metadata
 
 SHAPES = ("plain", "sessions", "partitioned", "retries", "pings")
 PLAIN_LIKE = ("plain", "retries", "pings")
@@ -360,7 +360,7 @@ class _Writer:
         import pyarrow.parquet as pq
 
         self.pa, self.pq = pa, pq
-        self.schema = arrow_schema().with_metadata({**arrow_schema().metadata, b"header": json.dumps(header(trace, **meta)).encode()})
+        self.schema = arrow_schema().with_metadata(parquet_metadata(trace, **meta))  # as every Parquet trace
         self.out, self.layout, self.buckets, self.trace = out, layout, buckets, trace
         self.buffers: dict[int, list] = {}
         self.writers: dict[int, Any] = {}
@@ -403,7 +403,7 @@ class _Writer:
         w = self.writers.get(b)
         if w is None:
             path = self.out / f"bucket-{b:05d}.parquet" if self.layout == "by-piece" else self.out
-            w = self.writers[b] = self.pq.ParquetWriter(str(path), self.schema, compression="zstd")
+            w = self.writers[b] = self.pq.ParquetWriter(str(path), self.schema, **PARQUET_OPTIONS)
             self.files.append(path)
         w.write_table(table, row_group_size=len(rows))
 

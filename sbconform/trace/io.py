@@ -10,7 +10,9 @@ holding every field of ``schema.FIELDS`` (missing optional ones as ``None``), ch
   line names ``file:line`` and the field. A file whose last line is cut (no newline, or
   not JSON) yields every event before it, then reports the cut (``TraceCut``).
 - Parquet: ``arrow_schema()`` columns, the header as JSON in the key-value metadata under
-  ``sbconform-trace``, row groups of ``ROW_GROUP`` rows. Only valid once closed.
+  ``sbconform-trace`` (``parquet_metadata``: every Parquet trace the tool writes, ``generate``'s
+  too), row groups of ``ROW_GROUP`` rows, page checksums (a damaged data page is an error, not
+  garbage). Only valid once closed. ``parquet_header`` is the one reader of that metadata.
 
 pyarrow is imported only when a Parquet function runs: the JSON Lines half needs nothing
 but the standard library.
@@ -23,14 +25,14 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from .schema import FIELD_NAMES, FORMAT, OPERATIONS, PHASES, REQUIRED, VERSION, Event, TraceFormatError, check_event, header
+from .schema import (FIELD_NAMES, META_KEY, OLD_META_KEY, OPERATIONS, PARQUET_OPTIONS, PHASES, REQUIRED, VERSION, Event,
+                     TraceFormatError, check_event, header, parquet_metadata)
+from .schema import check_header as _check_header
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 #: rows per Parquet row group (the format allows any; readers should expect 64k-1M)
 ROW_GROUP = 262_144
-#: Parquet key-value metadata key holding the header (JSON)
-META_KEY = b"sbconform-trace"
 
 
 class TraceCut(TraceFormatError):
@@ -47,21 +49,6 @@ class TraceCut(TraceFormatError):
 
 def _as_row(event: Mapping[str, Any] | Event) -> dict[str, Any]:
     return event.as_dict() if isinstance(event, Event) else dict(event)
-
-
-def _check_header(obj: Any, where: str) -> dict[str, Any]:
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise TraceFormatError(f"{where}: not a trace header (expected a JSON object with \"format\": \"{FORMAT}\")")
-    version = obj.get("version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise TraceFormatError(f"{where}: header field 'version' should be an integer, got {version!r}")
-    if version > VERSION:
-        raise TraceFormatError(f"{where}: trace format version {version} is newer than this reader's ({VERSION}); upgrade sbconform")
-    if version < 1:
-        raise TraceFormatError(f"{where}: header field 'version' is {version}, versions start at 1")
-    if not isinstance(obj.get("trace"), str):
-        raise TraceFormatError(f"{where}: header field 'trace' (the trace id) should be a string, got {obj.get('trace')!r}")
-    return obj
 
 
 # ------------------------------------------------------------------ JSON Lines
@@ -239,12 +226,9 @@ class ParquetWriter:
         self.row_group = row_group
         self.validate = validate
         self.events = 0
-        schema = arrow_schema()
-        metadata = dict(schema.metadata or {})
-        metadata[META_KEY] = json.dumps(header(trace, **meta)).encode()
-        self.schema = schema.with_metadata(metadata)
+        self.schema = arrow_schema().with_metadata(parquet_metadata(trace, **meta))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(str(self.path), self.schema, compression="zstd")
+        self._writer = pq.ParquetWriter(str(self.path), self.schema, **PARQUET_OPTIONS)
         self._rows: list[dict[str, Any]] = []
 
     def write(self, event: Mapping[str, Any] | Event) -> None:
@@ -297,20 +281,49 @@ class ParquetWriter:
 
 
 def parquet_header(path: str | os.PathLike) -> dict[str, Any]:
-    """The header stored in a Parquet trace's metadata, checked."""
+    """The header stored in a Parquet trace's metadata (``META_KEY``, or ``OLD_META_KEY`` in
+    files of an older ``generate``), checked."""
     import pyarrow.parquet as pq
 
     try:
         schema = pq.read_schema(str(path))
     except Exception as error:  # pyarrow raises ArrowInvalid, OSError...
-        raise TraceFormatError(f"{path}: not a readable Parquet file ({error})") from None
-    raw = (schema.metadata or {}).get(META_KEY)
+        raise TraceFormatError(f"{path}: not a readable Parquet file ({_first_line(error)})") from None
+    metadata = schema.metadata or {}
+    key = META_KEY if META_KEY in metadata else OLD_META_KEY
+    raw = metadata.get(key)
     if raw is None:
         raise TraceFormatError(f"{path}: Parquet metadata has no {META_KEY.decode()!r} key (not a sbconform trace)")
     try:
         return _check_header(json.loads(raw), f"{path}: metadata")
     except ValueError as error:
-        raise TraceFormatError(f"{path}: metadata {META_KEY.decode()!r} is not JSON ({error})") from None
+        raise TraceFormatError(f"{path}: metadata {key.decode()!r} is not JSON ({error})") from None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def parquet_file(path: Any, **options: Any):
+    """A ``pyarrow.parquet.ParquetFile`` that verifies page checksums where the file has them."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, page_checksum_verification=True, **options)
+
+
+def corrupt_parquet_batches(batches: Iterator[Any], where: str) -> Iterator[Any]:
+    """The batches of a Parquet file, a failure to decode one (a damaged data page: a bad
+    checksum, undecodable compression or encoding) raised as one ``TraceFormatError`` naming
+    the file."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as error:  # pyarrow: OSError, ArrowInvalid...
+            raise TraceFormatError(f"{where}: corrupt Parquet data, the file is damaged ({_first_line(error)})") from None
+        yield batch
 
 
 def _check_schema(schema: Any, where: str) -> None:
@@ -360,17 +373,15 @@ def read_parquet(path: str | os.PathLike, batch_size: int = 65_536, columns: lis
     """The ``pyarrow.RecordBatch``es of a Parquet trace, checked (schema, header, required
     fields, vocabulary; errors name the file, row and field). ``columns`` reads a subset
     (the checks then cover those columns)."""
-    import pyarrow.parquet as pq
-
     where = str(path)
     parquet_header(path)
     try:
-        file = pq.ParquetFile(where)
+        file = parquet_file(where)
     except Exception as error:
-        raise TraceFormatError(f"{where}: not a readable Parquet file ({error})") from None
+        raise TraceFormatError(f"{where}: not a readable Parquet file ({_first_line(error)})") from None
     _check_schema(file.schema_arrow, where)
     row = 0
-    for batch in file.iter_batches(batch_size=batch_size, columns=columns):
+    for batch in corrupt_parquet_batches(file.iter_batches(batch_size=batch_size, columns=columns), where):
         if columns is None:
             _check_batch(batch, where, row)
         row += batch.num_rows
@@ -477,6 +488,6 @@ def convert_dir(src: str | os.PathLike, dst: str | os.PathLike, to: str, on_cut:
 
 __all__ = [
     "JsonlWriter", "ParquetWriter", "TraceCut", "TraceFormatError", "convert", "convert_dir", "jsonl_header",
-    "kind_of", "open_writer", "parquet_header", "read_events", "read_header", "read_jsonl", "read_parquet",
-    "read_parquet_events", "trace_files",
+    "kind_of", "open_writer", "parquet_file", "parquet_header", "parquet_metadata", "read_events", "read_header",
+    "read_jsonl", "read_parquet", "read_parquet_events", "trace_files",
 ]

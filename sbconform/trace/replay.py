@@ -242,14 +242,17 @@ def validate_batch(batch, where: str) -> None:
 
 
 def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
-    import pyarrow.parquet as pq
+    from .io import corrupt_parquet_batches, parquet_file
 
     source = _open(path) if "://" in path else path
-    present = pq.ParquetFile(source).schema_arrow.names
-    pf = pq.ParquetFile(source, read_dictionary=[n for n in DICTIONARY_FIELDS if n in present])
+    try:
+        present = parquet_file(source).schema_arrow.names
+        pf = parquet_file(source, read_dictionary=[n for n in DICTIONARY_FIELDS if n in present])
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise TraceFormatError(f"{path}: not a readable Parquet file ({str(error).splitlines()[0][:200]})") from None
     # the trace id (the same on every row) is neither checked nor read by the checker: not decoded
     columns = [n for n in FIELD_NAMES if n in pf.schema_arrow.names and n != "trace"]
-    for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
+    for batch in corrupt_parquet_batches(pf.iter_batches(batch_size=batch_size, columns=columns), path):
         validate_batch(batch, path)
         yield batch
 

@@ -126,6 +126,36 @@ def header(trace: str, **meta: Any) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "trace": trace, **meta}
 
 
+#: Parquet key-value metadata key holding the header (JSON)
+META_KEY = b"sbconform-trace"
+#: where ``sbconform generate`` kept the header before it wrote ``META_KEY`` (still read)
+OLD_META_KEY = b"header"
+#: how every Parquet trace is written: zstd, and a CRC per page (verified on reading)
+PARQUET_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
+
+
+def parquet_metadata(trace: str, **meta: Any) -> dict[bytes, bytes]:
+    """The key-value metadata of a Parquet trace: ``format``, ``version`` and the header
+    (JSON) under ``META_KEY``. Every Parquet writer of the tool uses it."""
+    return {**arrow_schema().metadata, META_KEY: json.dumps(header(trace, **meta)).encode()}
+
+
+def check_header(obj: Any, where: str) -> dict[str, Any]:
+    """A trace header (JSON Lines' first line, a Parquet file's metadata), checked."""
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise TraceFormatError(f"{where}: not a trace header (expected a JSON object with \"format\": \"{FORMAT}\")")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TraceFormatError(f"{where}: header field 'version' should be an integer, got {version!r}")
+    if version > VERSION:
+        raise TraceFormatError(f"{where}: trace format version {version} is newer than this reader's ({VERSION}); upgrade sbconform")
+    if version < 1:
+        raise TraceFormatError(f"{where}: header field 'version' is {version}, versions start at 1")
+    if not isinstance(obj.get("trace"), str):
+        raise TraceFormatError(f"{where}: header field 'trace' (the trace id) should be a string, got {obj.get('trace')!r}")
+    return obj
+
+
 def arrow_schema():  # -> pyarrow.Schema
     import pyarrow as pa
 
