@@ -54,12 +54,17 @@ def whole(minimum: int = 1, maximum: int | None = None, what: str = "") -> Calla
     return parse
 
 
-def port(text: str) -> int:
+def port(text: str, lowest: int = 0, meaning: str = "0 picks a free port") -> int:
     """A TCP port, 0 to 65535 (0: the system picks a free one)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value}: expected a port from 0 to 65535 (0 picks a free port)")
+    if not lowest <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value}: expected a port from {lowest} to 65535 ({meaning})")
     return value
+
+
+def port_or_none(text: str) -> int:
+    """A TCP port, or -1 for none."""
+    return port(text, -1, "0 picks a free port, -1: none")

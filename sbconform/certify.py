@@ -140,13 +140,22 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
              trace_dir, jobs, shard_timeout, junit_xml, html, progress, out) -> int:
     connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
     expected, _ = _validate(target, report_dir, options, connection_string, expectations, clauses, jobs)
+    for flag, path in (("--junit-xml", junit_xml), ("--html", html)):  # said now, not after the run
+        if path is not None and Path(path).is_dir():
+            raise CertifyError(f"{flag} {path}: is a directory; name the file to write")
+        if path is not None and any(p.exists() and not p.is_dir() for p in Path(path).parents):
+            raise CertifyError(f"{flag} {path}: cannot create it: a parent is a file")
     catalog = load_catalog()
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CertifyError(f"--report-dir {report_dir}: cannot create it: {error.strerror}") from None
     raw_path = report_dir / "results.json"
-    raw_path.unlink(missing_ok=True)
+    try:  # the first writes, before anything runs: a directory certify cannot write in is the user's to fix
+        (report_dir / "run.log").open("w", encoding="utf-8").close()
+        raw_path.unlink(missing_ok=True)
+    except OSError as error:
+        raise CertifyError(f"--report-dir {report_dir}: cannot write in it: {error.strerror}") from None
     root = kit_root()
     # test arguments naming files or tests narrow the run to them; else every test of the kit
     options_only = _options_only(list(pytest_args), root)
@@ -206,14 +215,16 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
 
         covered = {use.clause for use in check(root, catalog=catalog).uses}
     report = build_report(raw, catalog, expected, covered, narrowed=bool(pytest_args), incomplete=incomplete)
-    json_path, md_path = write_report(report, catalog, report_dir, secrets=secrets)
-    written = [json_path, md_path]
-    if junit_xml:
-        written.append(write_junit(report, Path(junit_xml)))
-    if html:
-        from .report import write_html
+    try:  # checked before the run; this is the disk filling or the permissions changing since
+        written = list(write_report(report, catalog, report_dir, secrets=secrets))
+        if junit_xml:
+            written.append(write_junit(report, Path(junit_xml)))
+        if html:
+            from .report import write_html
 
-        written.append(write_html([report], catalog, Path(html)))
+            written.append(write_html([report], catalog, Path(html)))
+    except OSError as error:
+        raise CertifyError(f"cannot write the report: {error.filename}: {error.strerror}") from None
     s = report["summary"]
     if not interactive:
         for area, counts in s["by_area"].items():

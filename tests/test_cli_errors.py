@@ -342,3 +342,46 @@ def test_generate_out_names_that_work(tmp_path) -> None:
         assert main(["generate", "--events", "10", "--out", str(out), *extra]) == 0, name
         assert out.is_dir() == is_dir and out.exists(), name
         assert main(["replay", "--local", str(out)]) == 0, name
+
+
+@pytest.mark.parametrize("argv", [
+    ["record", "--upstream", "x", "--out", "o", "--listen", "127.0.0.1:99999"],
+    ["serve", "--port", "0", "--http-port", "99999"],
+    ["serve", "--port", "99999"],
+    ["serve", "--port", "0", "--http-port", "-2"],
+])
+def test_a_port_out_of_range_is_one_line_when_parsed(capsys, argv) -> None:
+    """Finding 8: record --listen and serve --http-port ended in an OverflowError traceback, exit 1."""
+    line = parse_error(capsys, argv)
+    assert "99999" in line or "-2" in line, line
+    assert "65535" in line, line
+
+
+def test_serve_http_port_minus_one_still_means_none() -> None:
+    assert build_parser().parse_args(["serve", "--http-port", "-1"]).http_port == -1
+
+
+def test_a_report_dir_certify_cannot_write_in_is_one_line_before_anything_runs(capsys, tmp_path) -> None:
+    """Finding 6: an existing report directory without write permission was a PermissionError
+    traceback on run.log, exit 1 (the 'MUST clause fails' code). (run.log a directory stands in
+    for the permission, which root does not feel.)"""
+    report = tmp_path / "r"
+    (report / "run.log").mkdir(parents=True)
+    line = one_error(capsys, ["certify", "--clause", "SETTLE-LOCK-003", "--report-dir", str(report)])
+    assert f"--report-dir {report}" in line and "cannot write" in line, line
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        line = one_error(capsys, ["certify", "--clause", "SETTLE-LOCK-003", "--report-dir", str(ro)])
+        assert "Permission denied" in line, line
+
+
+@pytest.mark.parametrize("flag", ["--junit-xml", "--html"])
+def test_an_output_file_that_is_a_directory_is_refused_before_the_run(capsys, tmp_path, flag) -> None:
+    """Finding 7: --junit-xml naming a directory ran every test, then an IsADirectoryError traceback, exit 1."""
+    started = time.monotonic()
+    line = one_error(capsys, ["certify", "--clause", "SETTLE-LOCK-003", "--report-dir", str(tmp_path / "r"),
+                              flag, str(tmp_path)])
+    assert f"{flag} {tmp_path}: is a directory" in line, line
+    assert not (tmp_path / "r" / "run.log").exists() and time.monotonic() - started < 30

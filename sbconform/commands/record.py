@@ -7,12 +7,14 @@ import asyncio
 import math
 import sys
 
+from ..argtypes import port
+
 
 def _listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    host, sep, number = text.rpartition(":")
+    if not sep or not number.isdigit() or not host:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
-    return host, int(port)
+    return host, port(number)
 
 
 def _size(text: str) -> int:
