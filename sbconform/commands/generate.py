@@ -25,6 +25,10 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     out = Path(args.out)
+    problem = _out_problem(args, out)
+    if problem:
+        print(f"sbconform generate: --out {out}: {problem}", file=sys.stderr)
+        return 2
     try:  # its folders are made as needed (README's `--out traces/run1` on a fresh clone)
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -87,7 +91,27 @@ def _progress_line(total: int, started: float, live: LiveLine | None = None):
 
 
 def _layout(args: argparse.Namespace, out: Path) -> str:
-    return args.layout or ("time" if out.suffix in (".parquet", ".jsonl") else "by-piece")
+    from ..trace.io import JSONL_SUFFIXES, PARQUET_SUFFIXES
+
+    return args.layout or ("time" if out.suffix in PARQUET_SUFFIXES + JSONL_SUFFIXES else "by-piece")
+
+
+def _out_problem(args: argparse.Namespace, out: Path) -> str | None:
+    """What is wrong with ``--out`` for the layout (README: a directory for the by-piece layout,
+    a .parquet / .jsonl file for position order), else None. A name with a file's suffix
+    (``x.txt``, ``x.json``) is neither: refused, not made a directory, unless ``--layout
+    by-piece`` says a directory is meant. A suffix with digits (``run.2026-11-28``) names a directory."""
+    from ..trace.io import JSONL_SUFFIXES, PARQUET_SUFFIXES
+
+    trace_file = out.suffix in PARQUET_SUFFIXES + JSONL_SUFFIXES
+    if _layout(args, out) == "time":
+        return None if trace_file else "a trace in position order (--layout time) is one file: name it .parquet or .jsonl"
+    if trace_file:
+        return "the by-piece layout writes a directory: name it without a .parquet / .jsonl suffix"
+    if args.layout is None and out.suffix[1:].isalpha() and not out.is_dir():
+        return (f"neither a .parquet / .jsonl trace file nor a directory name ({out.suffix!r} is a file's suffix): "
+                f"name a trace file .parquet or .jsonl, or add --layout by-piece to write a directory of that name")
+    return None
 
 
 def _injected(path: Path, by_piece: bool) -> Path:
@@ -123,7 +147,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, default=4, metavar="P", help="partitions of partitioned entities: 1, 2 or 4 (default 4)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed: the same seed writes the same trace")
     p.add_argument("--out", required=True, metavar="PATH",
-                   help="a directory (by-piece layout, for Spark), or a .parquet / .jsonl file (events in position order)")
+                   help="a directory (by-piece layout, for Spark; no file suffix such as .txt), or a .parquet / .jsonl file "
+                        "(events in position order)")
     p.add_argument("--layout", choices=("by-piece", "time"), help="override the layout chosen from --out")
     p.add_argument("--buckets", type=positive, help="bucket files of the by-piece layout (default: about one per 250,000 events)")
     p.add_argument("--inject", metavar="KIND,...", help=f"plant violations: {', '.join(INJECTIONS)} (or all)")

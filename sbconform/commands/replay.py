@@ -35,7 +35,7 @@ def print_summary(summary: dict, out: str | None) -> None:
 def preflight(paths: list[str], out: str | None) -> str | None:
     """One line naming what is wrong with the inputs or the output, else None (local paths only:
     a remote path is Spark's to read)."""
-    from ..trace.replay import _is_remote, locate
+    from ..trace.replay import _is_remote, is_jsonl, locate
 
     if out and not _is_remote(out):
         target = Path(out)
@@ -52,7 +52,7 @@ def preflight(paths: list[str], out: str | None) -> str | None:
         path = Path(name)
         if path.stat().st_size == 0:
             return f"{name}: empty file: not a trace (no header)"
-        if name.endswith(".parquet"):
+        if not is_jsonl(name):
             try:
                 import pyarrow.parquet as pq
 

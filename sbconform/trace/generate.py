@@ -34,6 +34,7 @@ from sbreference.operations import settle
 from sbreference.partitioning import sequence_number
 
 from .checker import CLAUSES, piece_key
+from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES
 from .schema import FIELD_NAMES, PARQUET_OPTIONS, arrow_schema, header, parquet_metadata
 
 SHAPES = ("plain", "sessions", "partitioned", "retries", "pings")
@@ -370,7 +371,7 @@ class _Writer:
             out.mkdir(parents=True, exist_ok=True)
             for old in out.glob("bucket-*.parquet"):
                 old.unlink()
-        elif out.suffix == ".jsonl":
+        elif out.suffix in JSONL_SUFFIXES:
             self.jsonl = open(out, "w", encoding="utf-8")
             self.jsonl.write(json.dumps(header(trace, **meta)) + "\n")
         self.count = 0
@@ -433,7 +434,7 @@ def generate(out: str | Path, events: int, clients: int = 4, entities: int = 8, 
 
     out = Path(out)
     if layout is None:
-        layout = "time" if out.suffix in (".parquet", ".jsonl") else "by-piece"
+        layout = "time" if out.suffix in PARQUET_SUFFIXES + JSONL_SUFFIXES else "by-piece"
     if partitions not in (1, 2, 4):
         raise ValueError(f"--partitions must be 1, 2 or 4 (a Premium partition count), got {partitions}")
     trace = trace or f"generated-{seed}"

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 from sbreference.paths import parse as parse_path
 
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, piece_key
+from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
 from .search import PieceChecker
 
@@ -181,6 +182,11 @@ def _remote_layout(root: str) -> dict | None:
         return None
 
 
+def is_jsonl(path: str) -> bool:
+    """A JSON Lines file (else Parquet), by its suffix as ``io.kind_of`` tells them apart."""
+    return Path(path).suffix in JSONL_SUFFIXES
+
+
 def locate(paths: list[str]) -> dict[str, Any]:
     """What the paths hold: ``{"layout": "by-piece" | "time", "files": [...], "format":
     "parquet" | "json", "max_file_bytes": n}``. Remote (Hadoop) paths are passed to
@@ -204,14 +210,16 @@ def locate(paths: list[str]) -> dict[str, Any]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            files += sorted(str(f) for f in path.glob("*.parquet")) + sorted(str(f) for f in path.glob("*.jsonl"))
+            files += sorted(str(f) for f in path.iterdir() if f.suffix in PARQUET_SUFFIXES and f.is_file())
+            files += sorted(str(f) for f in path.iterdir() if f.suffix in JSONL_SUFFIXES and f.is_file())
         elif path.exists():
+            kind_of(path)  # a file named as neither encoding is refused here, naming it and its suffix
             files.append(str(path))
         else:
             raise FileNotFoundError(f"{p}: no such file or directory")
     if not files:
         raise FileNotFoundError(f"{' '.join(paths)}: no .parquet or .jsonl trace files")
-    kinds = {"json" if f.endswith(".jsonl") else "parquet" for f in files}
+    kinds = {"json" if is_jsonl(f) else "parquet" for f in files}
     if len(kinds) > 1:
         raise TraceFormatError("mixed Parquet and JSON Lines inputs: replay one encoding at a time (sbconform convert)")
     return {"layout": "time", "files": files, "format": kinds.pop(), "max_file_bytes": max(Path(f).stat().st_size for f in files)}
@@ -296,7 +304,7 @@ def trace_events(where: dict[str, Any]) -> int | None:
     for f in where["files"]:
         if _is_remote(f):
             return None
-        if f.endswith(".jsonl"):
+        if is_jsonl(f):
             with open(f, "rb") as handle:
                 lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
             total += max(lines - 1, 0)
@@ -364,7 +372,7 @@ def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, not
         for i, f in enumerate(where["files"]):
             if seen is not None:
                 seen.start_file(i)
-            yield from (_jsonl_batches(f, size, report=notes) if f.endswith(".jsonl") else _parquet_batches(f, size))
+            yield from (_jsonl_batches(f, size, report=notes) if is_jsonl(f) else _parquet_batches(f, size))
     return check_batches(batches(), search_bound, seen)
 
 
