@@ -310,7 +310,7 @@ class Deliveries:
             return
         now = self.clock.now
         stored = StoredMessage(m, 2**62, now, NEVER, 0, State.SCHEDULED if m.scheduled_enqueue_time is not None else State.ACTIVE, 0, 0)
-        stored.lock_token, stored.locked_until = 2**128 - 1, now + 3_600_000
+        stored.lock_token, stored.locked_until = 2**64 - 1, now + 3_600_000
         stored.dead_letter_reason = stored.dead_letter_description = stored.dead_letter_source = "x"
         try:
             self._encode(ModelDelivery(stored))

@@ -59,7 +59,7 @@ class Request(NamedTuple):
         return v.opt_str(self.body.get("session-id"))
 
     def tokens(self) -> list[int]:
-        return [u.int for u in map(v.as_uuid, v.values(self.body["lock-tokens"]))]
+        return [v.model_token(u) for u in map(v.as_uuid, v.values(self.body["lock-tokens"]))]
 
 
 Answer = tuple[int, Any, Changes]

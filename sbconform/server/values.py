@@ -4,7 +4,9 @@ AMQP error (from a model error, or its own)."""
 
 from __future__ import annotations
 
+import os
 import uuid
+from hashlib import blake2b
 from typing import Any
 from urllib.parse import urlparse
 
@@ -39,14 +41,34 @@ def is_node(address: str) -> bool:
     return address in NODES or address.endswith("$management")
 
 
+#: Service Bus lock tokens are GUIDs no client can predict, and a token is all a receiver of the
+#: entity needs to settle or renew a message through $management (SETTLE-LOCK-011). The model's
+#: tokens count up; on the wire each is the count in the high 64 bits and a MAC of it, keyed by
+#: this process's random key, in the low 64: a token made up from another names no lock.
+_LOCK_KEY = os.urandom(16)
+_LOW = 2**64 - 1
+
+
+def _lock_wire(token: int) -> int:
+    return token << 64 | int.from_bytes(blake2b(token.to_bytes(8, "big"), key=_LOCK_KEY, digest_size=8).digest(), "big")
+
+
 def lock_uuid(token: int) -> uuid.UUID:
-    return uuid.UUID(int=token)
+    """The lock token the client sees for the model's lock ``token`` (1 to 2**64 - 1)."""
+    return uuid.UUID(int=_lock_wire(token))
+
+
+def model_token(value: uuid.UUID) -> int:
+    """The model's lock token a client's token names; 0 (no lock) for one this server never gave."""
+    wire = value.int
+    token = wire >> 64
+    return token if 0 < token <= _LOW and _lock_wire(token) == wire else 0
 
 
 def lock_tag(token: int) -> bytes:
     """The delivery tag of a message delivered under ``token``: the lock token as .NET's
     Guid bytes (``lock_uuid(token).bytes_le``, without building the UUID)."""
-    b = token.to_bytes(16, "big")
+    b = _lock_wire(token).to_bytes(16, "big")
     return b[3::-1] + b[5:3:-1] + b[7:5:-1] + b[8:]
 
 
