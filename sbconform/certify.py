@@ -233,6 +233,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     client = f" ({s['client_pass']} of them the kit's client over the target)" if s.get("client_pass") else ""
     print(f"sbconform: {target}: {s['pass']} pass{client}, {s['fail']} fail ({s['strict_fail']} MUST, {s['non_strict_fail']} "
           f"SHOULD/MAY, {s['informational_fail']} INFO, {s['expected_fail']} expected), {s['skip']} skip, "
+          + (f"{s['unexpected_pass']} unexpected pass (expectations out of date), " if s["unexpected_pass"] else "") +
           f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}\n"
           + "\n".join(f"  {p}" for p in written), file=out, flush=True)
     if interrupted:
@@ -247,7 +248,12 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     if not raw["tests"]:
         print("sbconform certify: no test ran; nothing is graded", file=sys.stderr, flush=True)
         return 2
-    return 0 if s["passed"] else 1
+    if s["unexpected_pass"]:  # the user's file is wrong, not the target: 2 (1 only if a MUST clause also failed)
+        stale = [cid for cid, e in report["clauses"].items() if e.get("unexpected_pass")]
+        print(f"sbconform certify: --expectations {expectations}: out of date: {', '.join(stale)} "
+              f"pass{'es' if len(stale) == 1 else ''} where it says fail or skip; update the file",
+              file=sys.stderr, flush=True)
+    return (2 if s["unexpected_pass"] else 0) if s["passed"] else 1
 
 
 class _Run:

@@ -3,8 +3,7 @@
 ``build_report`` folds the per-test results the pytest plugin wrote (``--sb-report-json``)
 into one graded outcome per clause:
 
-- ``fail``: a test of the clause failed on this target (or passed where the target's
-  expectations file said it would fail: an unexpected pass is an error too);
+- ``fail``: a test of the clause failed on this target;
 - ``pass``: at least one test of the clause ran and passed, and none failed;
 - ``skip``: every test of the clause was skipped (the reasons say why, usually a
   capability the target lacks), or only model-level tests cover it and the target is
@@ -14,13 +13,17 @@ into one graded outcome per clause:
 Expectations (web-platform-tests style) live outside the tests, in a TOML file per
 target: ``[clauses."SETTLE-LOCK-009"] status = "fail" reason = "..."``. A clause that
 fails as expected is reported as ``fail`` with ``expected = true`` and does not make
-certification fail.
+certification fail. A clause that passes where the file says it fails (or skips) is an
+**unexpected pass**: the file is out of date, which is the user's to fix, not a failure of the
+target. The clause stays ``pass``, marked ``unexpected_pass = true`` with a reason saying so,
+counted apart (``summary.unexpected_pass``), never graded as a MUST failure; the run is not
+certified until the file is updated (certify exits 2 for it).
 
 Verdicts follow the clause levels (as Autobahn grades "strict" and "non-strict"): a
 failing MUST clause is a **strict** failure and fails certification; a failing SHOULD or
 MAY clause is **non-strict** and an INFO clause **informational**: both are reported, and
-neither fails certification. An unexpected pass (the expectations file is wrong) fails it
-whatever the level. A run narrowed to some clauses (``--clause``, or pytest arguments)
+neither fails certification. An unexpected pass (the expectations file is wrong) is no
+failure, but nothing is certified until the file is updated. A run narrowed to some clauses (``--clause``, or pytest arguments)
 grades those clauses only and is never "CERTIFIED": its verdict says "selected clauses".
 An interrupted run's report (or one whose tests a ``--shard-timeout`` stopped) is marked
 incomplete and certifies nothing; nor does a run that graded no clause at all.
@@ -153,16 +156,15 @@ def build_report(
             entry["expectation"] = expected
             if entry["status"] == expected["status"]:
                 entry["expected"] = True
-            elif entry["status"] == "pass":
-                entry["status"] = "fail"
+            elif entry["status"] == "pass":  # the file is out of date: the target passed
                 entry["expected"] = False
+                entry["unexpected_pass"] = True
                 entry["reason"] = (
                     f"unexpected pass: the expectations say {expected['status']} ({expected['reason']}); "
                     "update the expectations file"
                 )
         if entry["status"] == "fail" and not entry.get("expected"):
-            # an unexpected pass is an error in the expectations, whatever the level
-            entry["grade"] = "strict" if entry.get("expected") is False else GRADES.get(clause.level, "strict")
+            entry["grade"] = GRADES.get(clause.level, "strict")
         clauses[cid] = entry
 
     summary: dict[str, Any] = {"total": len(clauses), **{s: 0 for s in STATUSES}, "expected_fail": 0,
@@ -177,6 +179,7 @@ def build_report(
         area[entry["status"]] += 1
     summary["by_area"] = {k: dict(v) for k, v in summary["by_area"].items()}
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
+    summary["unexpected_pass"] = sum(1 for e in clauses.values() if e.get("unexpected_pass"))
     # passes that grade the kit's own client over this target, not the target (see above)
     summary["client_pass"] = 0 if is_model else sum(
         1 for e in clauses.values() if e["status"] == "pass" and e.get("subject") == "client")
@@ -187,15 +190,18 @@ def build_report(
     summary["scope"] = "selection" if (selection or narrowed) else "catalog"
     summary["incomplete"] = incomplete
     # a run that graded nothing (no test ran, or every clause uncovered) certifies nothing
-    summary["certified"] = summary["passed"] and summary["scope"] == "catalog" and graded > 0
+    summary["certified"] = (summary["passed"] and summary["scope"] == "catalog" and graded > 0
+                            and not summary["unexpected_pass"])
+    stale = (f"; the expectations file is out of date ({summary['unexpected_pass']} unexpected pass"
+             f"{'es' if summary['unexpected_pass'] > 1 else ''}: update it)") if summary["unexpected_pass"] else ""
     if incomplete:
         summary["verdict"] = f"INCOMPLETE ({incomplete}): not certified"
     elif summary["scope"] == "selection":
         summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded "
-                              f"(a narrowed run: not a certification of the catalog)")
+                              f"(a narrowed run: not a certification of the catalog){stale}")
     else:
         summary["verdict"] = "CERTIFIED" if summary["certified"] else (
-            "NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)")
+            ("NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)") + stale)
     return {
         "target": target,
         "finished": raw.get("finished"),
@@ -243,6 +249,7 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         lines += ["", f"## {info.get('title', area)}", "", "| clause | level | status | reason |", "|---|---|---|---|"]
         for cid, e in entries:
             status = e["status"] + (" (expected)" if e.get("expected") and e["status"] == "fail" else
+                                    " (unexpected: update the expectations)" if e.get("unexpected_pass") else
                                     f" ({e['grade']})" if e.get("grade") else "")
             reason = (e.get("reason") or "").replace("|", "\\|").replace("\n", " ")
             lines.append(f"| {cid} | {e['level']} | {status} | {reason[:300]} |")
@@ -294,6 +301,8 @@ def write_junit(report: dict[str, Any], path: Path) -> Path:
             reason = e.get("reason") or ""
             if e["status"] == "fail" and e.get("grade") == "strict":
                 ET.SubElement(case, "failure", message=reason[:1000], type="MUST").text = reason
+            elif e.get("unexpected_pass"):  # the expectations file's error, not the target's failure
+                ET.SubElement(case, "error", message=reason[:1000], type="expectations").text = reason
             elif e["status"] == "fail":
                 label = "expected failure" if e.get("expected") else f"{e.get('grade')} failure ({e['level']})"
                 ET.SubElement(case, "system-out").text = f"{label}: {reason}"

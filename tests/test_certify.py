@@ -250,3 +250,23 @@ def test_a_report_of_no_test_at_all_certifies_nothing() -> None:
 
     summary = build_report(empty_run(), load_catalog())["summary"]
     assert summary["graded"] == 0 and summary["certified"] is False and summary["verdict"] != "CERTIFIED"
+
+
+def test_a_stale_expectations_file_is_the_users_error_not_a_must_failure(tmp_path: Path, capsys) -> None:
+    """Finding 11: a clause passing where the expectations say 'fail' was counted '1 fail (1 MUST)
+    -> FAILED', exit 1 (the code of a broker failing a MUST clause)."""
+    from sbconform.certify import certify
+
+    expectations = tmp_path / "expect.toml"
+    expectations.write_text('[clauses."SETTLE-DEFR-001"]\nstatus = "fail"\nreason = "was broken"\n')
+    code = certify("reference", tmp_path / "r", clauses=["SETTLE-DEFR-001"], expectations=expectations,
+                   pytest_args=["tests/test_features.py"])
+    assert code == 2
+    captured = capsys.readouterr()
+    summary_line = [line for line in captured.out.splitlines() if line.startswith("sbconform: reference:")][0]
+    assert "0 fail (0 MUST" in summary_line and "1 unexpected pass" in summary_line, summary_line
+    err = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(err) == 1 and str(expectations) in err[0] and "out of date" in err[0] and "SETTLE-DEFR-001" in err[0], err
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["clauses"]["SETTLE-DEFR-001"]["status"] == "pass"
+    assert report["summary"]["unexpected_pass"] == 1 and report["summary"]["strict_fail"] == 0

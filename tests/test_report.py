@@ -50,14 +50,22 @@ def test_model_level_tests_are_not_evidence_about_another_target() -> None:
     assert model["clauses"][A]["status"] == "pass"
 
 
-def test_expected_failures_do_not_fail_certification_but_unexpected_passes_do(tmp_path: Path) -> None:
+def test_expected_failures_do_not_fail_certification_and_unexpected_passes_are_the_files_error(tmp_path: Path) -> None:
+    """A clause passing where the expectations say it fails is the expectations file's mistake:
+    the clause passes (the target did nothing wrong), counted apart as an unexpected pass, not as
+    a MUST failure; the run certifies nothing until the file is updated."""
     path = tmp_path / "expect.toml"
     path.write_text(f'[clauses."{A}"]\nstatus = "fail"\nreason = "known bug"\n[clauses."{B}"]\nstatus = "fail"\nreason = "was broken"\n')
     expectations = load_expectations(path)
     report = build_report(run(result("fail", A), result("pass", B)), CATALOG, expectations)
     assert report["clauses"][A]["status"] == "fail" and report["clauses"][A]["expected"] is True
-    assert report["clauses"][B]["status"] == "fail" and "unexpected pass" in report["clauses"][B]["reason"]
-    assert report["summary"]["unexpected_fail"] == 1 and not report["summary"]["certified"]
+    b = report["clauses"][B]
+    assert b["status"] == "pass" and b["unexpected_pass"] is True and "grade" not in b
+    assert "unexpected pass" in b["reason"] and "update the expectations file" in b["reason"]
+    s = report["summary"]
+    assert s["unexpected_pass"] == 1 and s["unexpected_fail"] == 0 and s["strict_fail"] == 0 and s["fail"] == 1
+    assert not s["certified"] and "expectations file is out of date" in s["verdict"]
+    assert "pass (unexpected" in render_markdown(report, CATALOG)
 
 
 def test_bad_expectations_are_refused(tmp_path: Path) -> None:
@@ -100,12 +108,23 @@ def test_a_must_failure_fails_certification() -> None:
     assert report["summary"]["certified"] is False and report["summary"]["verdict"] == "NOT CERTIFIED"
 
 
-def test_an_unexpected_pass_is_strict_whatever_the_level(tmp_path: Path) -> None:
+def test_an_unexpected_pass_blocks_certification_whatever_the_level_without_being_a_failure(tmp_path: Path) -> None:
     should = _level("SHOULD")
     path = tmp_path / "expect.toml"
     path.write_text(f'[clauses."{should}"]\nstatus = "fail"\nreason = "x"\n')
     report = build_report(run(result("pass", should)), CATALOG, load_expectations(path))
-    assert report["clauses"][should]["grade"] == "strict" and not report["summary"]["passed"]
+    assert "grade" not in report["clauses"][should] and report["summary"]["strict_fail"] == 0
+    assert report["summary"]["unexpected_pass"] == 1 and not report["summary"]["certified"]
+
+
+def test_junit_reports_an_unexpected_pass_as_an_error_of_the_expectations_not_a_must_failure(tmp_path: Path) -> None:
+    from sbconform.report import write_junit
+
+    path = tmp_path / "expect.toml"
+    path.write_text(f'[clauses."{B}"]\nstatus = "fail"\nreason = "x"\n')
+    report = build_report(run(result("pass", B)), CATALOG, load_expectations(path))
+    text = write_junit(report, tmp_path / "j.xml").read_text()
+    assert 'type="expectations"' in text and 'type="MUST"' not in text
 
 
 def test_a_narrowed_run_grades_its_clauses_and_never_says_certified() -> None:
