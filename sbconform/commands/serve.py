@@ -22,6 +22,7 @@ LIMIT_FLAGS = {
     "--idle-timeout": ("idle_timeout", SECONDS, "seconds without a frame before a connection is closed (advertised in OPEN)"),
     "--max-connections": ("max_connections", COUNT, "connections served at once; more are closed on accept"),
     "--max-links": ("max_links", COUNT, "links open at once on one connection"),
+    "--max-sessions": ("max_sessions", COUNT, "sessions open at once on one connection"),
     "--max-tokens": ("max_tokens", COUNT, "CBS tokens (audiences) one connection may hold"),
     "--link-credit": ("link_credit", COUNT, "credit granted to each sending link"),
     "--max-frame-size": ("max_frame_size", COUNT, "largest AMQP frame in bytes (advertised in OPEN; at least 512)"),

@@ -385,6 +385,10 @@ class ConnectionLoop:
             self._release(state, event.link)
         elif kind == Event.SESSION_REMOTE_OPEN:
             session = event.session
+            if len(state.sessions) >= self.limits.max_sessions:
+                self._shut(state, "amqp:resource-limit-exceeded",
+                           f"More than {self.limits.max_sessions} sessions open on one connection (--max-sessions).")
+                return
             if session.state & Endpoint.LOCAL_UNINIT:
                 session.open()
                 state.sessions.add(session)

@@ -48,6 +48,9 @@ class Limits:
     #: links open at once on one connection; past it the connection is closed
     #: (amqp:resource-limit-exceeded) [--max-links]
     max_links: int = 1000
+    #: sessions open at once on one connection; past it the connection is closed
+    #: (amqp:resource-limit-exceeded) [--max-sessions]
+    max_sessions: int = 1000
     #: CBS tokens (distinct audiences) held by one connection; more are answered 401 [--max-tokens]
     max_tokens: int = 10_000
     #: credit granted to each sending link; transfers beyond it close the link
