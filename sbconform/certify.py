@@ -145,6 +145,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
             raise CertifyError(f"{flag} {path}: is a directory; name the file to write")
         if path is not None and any(p.exists() and not p.is_dir() for p in Path(path).parents):
             raise CertifyError(f"{flag} {path}: cannot create it: a parent is a file")
+    if trace_dir is not None and Path(trace_dir).exists() and not Path(trace_dir).is_dir():
+        raise CertifyError(f"--trace {trace_dir}: is a file; name a directory (one JSON Lines trace per test goes in it)")
     catalog = load_catalog()
     try:
         report_dir.mkdir(parents=True, exist_ok=True)

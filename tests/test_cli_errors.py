@@ -385,3 +385,44 @@ def test_an_output_file_that_is_a_directory_is_refused_before_the_run(capsys, tm
                               flag, str(tmp_path)])
     assert f"{flag} {tmp_path}: is a directory" in line, line
     assert not (tmp_path / "r" / "run.log").exists() and time.monotonic() - started < 30
+
+
+def test_certify_trace_naming_a_file_says_trace_needs_a_directory(capsys, tmp_path) -> None:
+    """Finding 12: it said 'the test run broke (collecting the tests failed ...)', naming no option."""
+    afile = tmp_path / "afile.json"
+    afile.write_text("")
+    line = one_error(capsys, ["certify", "--clause", "SETTLE-LOCK-003", "--report-dir", str(tmp_path / "r"),
+                              "--trace", str(afile)])
+    assert f"--trace {afile}" in line and "directory" in line, line
+
+
+@pytest.mark.parametrize("option", ["serve=maybe", "serve="])
+def test_an_invalid_boolean_option_value_is_named_with_what_is_accepted(capsys, tmp_path, option) -> None:
+    pytest.importorskip("azure.servicebus")
+    line = one_error(capsys, ["certify", "--target", "sdk", "--option", option, "--report-dir", str(tmp_path)])
+    value = option.split("=")[1]
+    assert f"serve={value!r}" in line and "true or false" in line, line
+
+
+def test_spec_list_of_an_unknown_area_names_it_and_the_known_ones(capsys) -> None:
+    line = one_error(capsys, ["spec", "list", "--area", "nosucharea"])
+    assert "--area 'nosucharea'" in line and "settlement" in line, line
+    assert main(["spec", "list", "--area", "settlement"]) == 0 and "SETTLE-" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--backlog-queues", "100000000000"], "--backlog-queues"),
+    (["--backlog-queues", "10", "--days", "100000000"], "--days"),
+])
+def test_cost_refuses_numbers_too_big_for_the_model_when_parsed(capsys, argv, says) -> None:
+    """Finding 12: cost --backlog-queues 100000000000 ran until it was killed (the model runs every
+    long poll of every queue: time and memory grow with queues x days)."""
+    line = parse_error(capsys, ["cost", *argv])
+    assert says in line and "at most" in line, line
+
+
+def test_cost_refuses_queues_times_days_too_big_to_finish(capsys) -> None:
+    started = time.monotonic()
+    line = one_error(capsys, ["cost", "--backlog-queues", "2000", "--days", "30"])
+    assert "queue-days" in line and "at most" in line and "--backlog-queues" in line and "--days" in line, line
+    assert time.monotonic() - started < 5

@@ -17,6 +17,10 @@ def run(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 1
     if args.action == "list":
+        if args.area and args.area not in catalog.areas:
+            print(f"sbconform spec: --area {args.area!r}: no such area; known areas: {', '.join(sorted(catalog.areas))}",
+                  file=sys.stderr)
+            return 2
         for clause in catalog.clauses.values():
             if args.area and clause.area != args.area:
                 continue

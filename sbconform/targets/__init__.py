@@ -101,6 +101,19 @@ def make_target(name: str, **options: Any) -> Target:
     return factory(**options)
 
 
+def boolean_option(name: str, value: Any) -> bool:
+    """A yes/no target option (``serve=true``): true/yes/y/1 or false/no/n/0, any case; else a
+    ValueError naming the option, the value and what is accepted."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "y"):
+        return True
+    if text in ("0", "false", "no", "n"):
+        return False
+    raise ValueError(f"{name}={value!r}: expected true or false (also yes/no, 1/0)")
+
+
 def parse_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["serve=true", "control=none"]`` -> ``{"serve": "true", "control": "none"}`` (dashes in
     names become underscores); an item without ``=`` is a ValueError."""
@@ -113,4 +126,5 @@ def parse_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return options
 
 
-__all__ = ["PEEK_LOCK", "RECEIVE_AND_DELETE", "Handle", "Received", "Target", "make_target", "names", "parse_options", "register"]
+__all__ = ["PEEK_LOCK", "RECEIVE_AND_DELETE", "Handle", "Received", "Target", "boolean_option", "make_target", "names",
+           "parse_options", "register"]

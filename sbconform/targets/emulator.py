@@ -113,7 +113,9 @@ class EmulatorTarget(SdkTarget):
             )
         if config is not None and not Path(config).is_file():
             raise ValueError(f"config={config!r}: no such file")
-        self.standin = str(standin).lower() in ("1", "true", "yes", "y")
+        from . import boolean_option
+
+        self.standin = boolean_option("standin", standin)
         self.image, self.sql_image = image or EMULATOR_IMAGE, sql_image or SQL_IMAGE
         self.config = config
         self.sql_password = sql_password or DEFAULT_SQL_PASSWORD

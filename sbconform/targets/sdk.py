@@ -92,7 +92,9 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
             import azure.servicebus  # noqa: F401
         except ImportError as error:  # pragma: no cover
             raise ValueError(f"the sdk target needs azure-servicebus (pip install 'sbconform[sdk]'): {error}") from None
-        serve = str(serve).lower() in ("1", "true", "yes")
+        from . import boolean_option
+
+        serve = boolean_option("serve", serve)
         if not connection_string and not serve:
             raise ValueError("the sdk target needs a connection string (--connection-string, or $SBCONFORM_CONNECTION_STRING), "
                              "or the option serve=true to start sbconform serve")
