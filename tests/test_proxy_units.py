@@ -236,3 +236,21 @@ def test_parquet_recordings_rotate_by_size(tmp_path):
     sink.close()
     assert len(sink.files) >= 3, sink.files
     assert sum(len(list(read_events(p))) for p in sink.files) == 6 * PARQUET_ROWS
+
+
+@pytest.mark.parametrize("code", range(0x10, 0x19))
+def test_a_performative_with_a_field_of_the_wrong_type_is_said_unrecognised_not_an_interpreter_failure(code):
+    """A symbol where a number belongs (as the random traffic of test_proxy_relay sometimes
+    sends: it failed there once with ``int('com.microsoft:session-filter')``): the proxy
+    relays the frame and says in the trace that it could not read it, from either side."""
+    odd = symbol("com.microsoft:session-filter")
+    for position in range(8):
+        rec = Recording(ListSink())
+        interp = ConnInterp(rec)
+        interp.from_client(frame(0x11, [None, 0, 100, 100]))
+        interp.from_broker(frame(0x11, [0, 0, 100, 100]))
+        fields = [odd if i == position else 0 for i in range(8)]
+        interp.from_client(frame(code, fields))  # raises nothing
+        interp.from_broker(frame(code, fields))
+        said = [f["result"]["unrecognised"] for op, phase, f in rec.sink.events if isinstance(f.get("result"), dict) and "unrecognised" in f["result"]]
+        assert all(isinstance(why, str) and why for why in said), said  # each said why

@@ -140,6 +140,13 @@ class ConnInterp(Links, Deliveries, Management):
             return None
         if code is None:
             return None
+        try:
+            return self._client_frame(frame, code, fields, payload)
+        except (ValueError, TypeError) as error:  # a field of the wrong type: a symbol where a number belongs
+            self.unrecognised(frame, f"a field of the wrong type ({error})")
+            return None
+
+    def _client_frame(self, frame: Frame, code: int, fields: list, payload: memoryview) -> bytes | None:
         if frame.type == 1:
             if code == SASL_INIT and self.rec.rewrite_host and len(fields) > 2:
                 _, fields, _ = decode_typed(frame)
@@ -193,6 +200,12 @@ class ConnInterp(Links, Deliveries, Management):
         except FrameError as error:
             self.unrecognised(frame, f"from the broker: {error}")
             return
+        try:
+            self._broker_frame(frame, code, fields, payload)
+        except (ValueError, TypeError) as error:  # a field of the wrong type
+            self.unrecognised(frame, f"from the broker: a field of the wrong type ({error})")
+
+    def _broker_frame(self, frame: Frame, code: int | None, fields: list, payload: memoryview) -> None:
         if code == BEGIN:
             remote = fld(fields, 0)
             if remote is not None:
