@@ -64,7 +64,7 @@ def test_a_lock_token_guessed_from_another_renews_nothing() -> None:
             receiver.receive(timeout=5)
             receiver.receive(timeout=5)
             mgmt = _management(other, srv.port, "open")
-            first = srv.on_loop(lambda: min(t for t in srv.server.namespace._taking_store("open").locks))
+            first = srv.on_loop(lambda: min(d.lock_token for d in srv.server.namespace.peek("open", 1, 10)))  # the model's
             genuine = lock_uuid(first)
             assert _renew(mgmt, genuine) == 200  # SETTLE-LOCK-011: any receiver of the entity may renew by token
             guessed = uuid.UUID(int=((first + 1) << 64) | (genuine.int & (2**64 - 1)))
