@@ -8,6 +8,8 @@ fail later when it is delivered.
 
 from __future__ import annotations
 
+import math
+
 import datetime
 import decimal
 import operator
@@ -68,8 +70,8 @@ class Limits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{f.name}: expected a positive number, got {value!r}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:  # nan fails too
+                raise ValueError(f"{f.name}: expected a positive finite number, got {value!r}")
         if self.max_frame_size < MIN_MAX_FRAME_SIZE:
             raise ValueError(f"max_frame_size: AMQP allows no less than {MIN_MAX_FRAME_SIZE} bytes, got {self.max_frame_size}")
 
