@@ -79,10 +79,15 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ValueError(f"{path}: cannot read expectations: {error}") from error
+    clauses = data.get("clauses", {})
+    if not isinstance(clauses, dict):
+        raise ValueError(f"{path}: 'clauses' must be a table of clause ids ([clauses.ID] status = ...), got {type(clauses).__name__}")
     out = {}
-    for cid, entry in data.get("clauses", {}).items():
+    for cid, entry in clauses.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: clause {cid}: expected a table (status = \"fail\" or \"skip\", reason = ...), got {entry!r}")
         status = entry.get("status")
         if status not in ("fail", "skip"):
             raise ValueError(f"{path}: clause {cid}: expected status must be 'fail' or 'skip', got {status!r}")

@@ -270,3 +270,26 @@ def test_a_stale_expectations_file_is_the_users_error_not_a_must_failure(tmp_pat
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["clauses"]["SETTLE-DEFR-001"]["status"] == "pass"
     assert report["summary"]["unexpected_pass"] == 1 and report["summary"]["strict_fail"] == 0
+
+
+@pytest.mark.parametrize("content", ["clauses = 5\n", "clauses = [1, 2]\n", '[clauses]\n"SETTLE-DEFR-001" = "fail"\n', b"\xff\xfe bad"])
+def test_an_expectations_file_of_the_wrong_shape_is_one_line_and_exit_2(tmp_path: Path, content) -> None:
+    """Review finding: these crashed load_expectations (AttributeError) with exit 1, certify's code
+    for a MUST failure of the broker; the file is the user's, and the message names it."""
+    expectations = tmp_path / "expect.toml"
+    expectations.write_bytes(content if isinstance(content, bytes) else content.encode())
+    done = sbconform("certify", "--target", "reference", "--clause", "SETTLE-DEFR-001", "--jobs", "1",
+                     "--expectations", str(expectations), "--report-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and str(expectations) in done.stderr, done.stderr
+
+
+def test_a_relative_report_dir_is_the_users_directory(tmp_path: Path) -> None:
+    """Review finding: run from outside the kit's root, a relative --report-dir sent the test
+    processes' results to the kit's root: 'the test run broke', exit 2, no report."""
+    done = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "reference",
+                           "--clause", "SETTLE-LOCK-011", "--jobs", "1", "--report-dir", "rel"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "rel" / "report.json").is_file() and not (REPO / "rel").exists()
