@@ -12,6 +12,8 @@ from ..argtypes import AMQP_MILLIS_MAX_SECONDS, port, port_or_none, seconds, who
 #: a duration flag: finite, above 0, and at most what AMQP's milliseconds can carry
 SECONDS = seconds(AMQP_MILLIS_MAX_SECONDS)
 COUNT = whole(1)
+CREDIT = whole(1, 2**31 - 1, " (proton's link credit is a signed 32-bit number)")
+FRAME_SIZE = whole(1, 2**32 - 1, " (max-frame-size is an AMQP uint)")
 
 #: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py);
 #: each kind refuses a bad value when the command line is parsed (sbconform/argtypes.py)
@@ -24,8 +26,8 @@ LIMIT_FLAGS = {
     "--max-links": ("max_links", COUNT, "links open at once on one connection"),
     "--max-sessions": ("max_sessions", COUNT, "sessions open at once on one connection"),
     "--max-tokens": ("max_tokens", COUNT, "CBS tokens (audiences) one connection may hold"),
-    "--link-credit": ("link_credit", COUNT, "credit granted to each sending link"),
-    "--max-frame-size": ("max_frame_size", COUNT, "largest AMQP frame in bytes (advertised in OPEN; at least 512)"),
+    "--link-credit": ("link_credit", CREDIT, "credit granted to each sending link"),
+    "--max-frame-size": ("max_frame_size", FRAME_SIZE, "largest AMQP frame in bytes (advertised in OPEN; at least 512)"),
     "--accept-backoff": ("accept_backoff", SECONDS, "seconds the listener pauses when out of file descriptors"),
     "--close-grace": ("close_grace", SECONDS, "seconds a connection the server closes has to read its CLOSE"),
 }
