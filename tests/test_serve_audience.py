@@ -41,6 +41,7 @@ def put_token(port: int, name: str, virtual_host: str | None = None) -> int:
 
 def test_a_token_for_another_namespace_is_refused(srv: InProcess) -> None:
     assert put_token(srv.port, "sb://othernamespace.servicebus.windows.net/open") == 401
+    assert put_token(srv.port, "sb:///open") == 401  # no namespace at all
 
 
 def test_a_token_for_the_namespace_the_connection_opened_to_is_granted(srv: InProcess) -> None:
@@ -64,6 +65,9 @@ def test_a_token_for_the_namespace_the_connection_opened_to_is_granted(srv: InPr
         ("other.servicebus.windows.net", None, False),
         ("localhost", "ns.servicebus.windows.net", False),
         (None, "localhost", True),  # a name without a host ("q"): the entity of this namespace
+        ("", "localhost", False),  # sb:///q: an empty host names no namespace
+        ("::1", "[::1]:5672", True),
+        ("localhost", "localhost:5672", True),
     ],
 )
 def test_names_this_namespace(audience_host, opened_to, same) -> None:

@@ -44,12 +44,15 @@ def names_this_namespace(audience_host: str | None, opened_to: str | None) -> bo
     for ``sb://othernamespace.servicebus.windows.net/q`` authorizes nothing here. The
     endpoint is known by the host the client opened its connection to (the AMQP open's
     hostname, which the SDKs set to the namespace's host); loopback names are one name. A
-    name without a host (``q``) is this namespace's entity."""
-    if not audience_host:
+    name without a host (``q``, ``None`` here) is this namespace's entity; an empty host
+    (``sb:///q``) names none."""
+    if audience_host is None:
         return True
     host = audience_host.lower()
     opened = (opened_to or "").lower()
-    if opened.count(":") == 1:  # host:port (an IPv6 address has more colons)
+    if opened.startswith("[") and "]" in opened:  # [IPv6]:port
+        opened = opened[1:opened.index("]")]
+    elif opened.count(":") == 1:  # host:port (a bare IPv6 address has more colons)
         opened = opened.split(":")[0]
     if host == opened:
         return True

@@ -42,7 +42,7 @@ class Nodes:
                 raise TokenError(f"unsupported CBS operation {props.get('operation')!r}")
             name = str(props.get("name", ""))
             _audience, expiry = check_grant(str(request.body), name, self.keys)
-            host = urlparse(name).hostname if "://" in name else None
+            host = (urlparse(name).hostname or "") if "://" in name else None
             if not names_this_namespace(host, state.connection.remote_hostname):
                 raise TokenError(f"the token's audience names the namespace {host!r}, not this one "
                                  f"({state.connection.remote_hostname or 'localhost'!r})")
