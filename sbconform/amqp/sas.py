@@ -34,7 +34,7 @@ def normalise(uri: str) -> str:
 
 
 #: Names a loopback client may give this endpoint: any of them is the same namespace.
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})  # (IPv6 without its brackets, as urlparse gives it)
 
 
 def names_this_namespace(audience_host: str | None, opened_to: str | None) -> bool:

@@ -42,11 +42,12 @@ class Nodes:
                 raise TokenError(f"unsupported CBS operation {props.get('operation')!r}")
             name = str(props.get("name", ""))
             _audience, expiry = check_grant(str(request.body), name, self.keys)
-            host = (urlparse(name).hostname or "") if "://" in name else None
+            url = urlparse(name) if "://" in name else None
+            host = None if url is None else url.hostname or ""
             if not names_this_namespace(host, state.connection.remote_hostname):
                 raise TokenError(f"the token's audience names the namespace {host!r}, not this one "
                                  f"({state.connection.remote_hostname or 'localhost'!r})")
-            path = (urlparse(name).path.strip("/") if "://" in name else name.strip("/")).lower()
+            path = (name if url is None else url.path).strip("/").lower()
             if len(state.audiences) >= self.limits.max_tokens and path not in state.audiences:
                 raise TokenError(f"more than {self.limits.max_tokens} tokens on one connection (--max-tokens)")
             state.audiences[path] = max(expiry, state.audiences.get(path, 0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from hashlib import blake2b
+from hmac import compare_digest
 from typing import Any
 from urllib.parse import urlparse
 
@@ -49,8 +50,12 @@ _LOCK_KEY = os.urandom(16)
 _LOW = 2**64 - 1
 
 
+def _lock_mac(token: int) -> bytes:
+    return blake2b(token.to_bytes(8, "big"), key=_LOCK_KEY, digest_size=8).digest()
+
+
 def _lock_wire(token: int) -> int:
-    return token << 64 | int.from_bytes(blake2b(token.to_bytes(8, "big"), key=_LOCK_KEY, digest_size=8).digest(), "big")
+    return token << 64 | int.from_bytes(_lock_mac(token), "big")
 
 
 def lock_uuid(token: int) -> uuid.UUID:
@@ -62,7 +67,8 @@ def model_token(value: uuid.UUID) -> int:
     """The model's lock token a client's token names; 0 (no lock) for one this server never gave."""
     wire = value.int
     token = wire >> 64
-    return token if 0 < token <= _LOW and _lock_wire(token) == wire else 0
+    # the MAC compared in constant time (hmac.compare_digest), as sas.check_grant compares signatures
+    return token if 0 < token <= _LOW and compare_digest(_lock_mac(token), (wire & _LOW).to_bytes(8, "big")) else 0
 
 
 def lock_tag(token: int) -> bytes:
