@@ -139,6 +139,7 @@ def _sweep_session(session: str) -> None:
 def _certify(target, report_dir, options, connection_string, expectations, hypothesis_profile, pytest_args, clauses,
              trace_dir, jobs, shard_timeout, junit_xml, html, progress, out) -> int:
     connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
+    report_dir = Path(report_dir).absolute()  # the test processes run in the kit's root, not the caller's directory
     expected, _ = _validate(target, report_dir, options, connection_string, expectations, clauses, jobs)
     for flag, path in (("--junit-xml", junit_xml), ("--html", html)):  # said now, not after the run
         if path is not None and Path(path).is_dir():

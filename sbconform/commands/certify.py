@@ -14,15 +14,14 @@ def run(args: argparse.Namespace) -> int:
 
     return certify(
         args.target,
-        # absolute: the test processes run in the kit's root, not in the user's directory
-        Path(args.report_dir or f"reports/{args.target}").absolute(),
+        Path(args.report_dir or f"reports/{args.target}"),
         options=args.option,
         connection_string=args.connection_string,
         expectations=Path(args.expectations) if args.expectations else None,
         hypothesis_profile=args.hypothesis_profile,
         pytest_args=args.pytest_args,
         clauses=args.clause,
-        trace_dir=Path(args.trace).absolute() if args.trace else None,
+        trace_dir=Path(args.trace) if args.trace else None,
         jobs=args.jobs,
         shard_timeout=args.shard_timeout,
         junit_xml=Path(args.junit_xml) if args.junit_xml else None,
