@@ -323,3 +323,30 @@ def test_a_message_back_before_its_retry_instant_does_not_hide_the_next_retry() 
     syphon.forward_failed(0, 121_000)
     syphon.tick(61_000)
     assert syphon.next_due() == 121_000
+
+
+@pytest.mark.clauses("PAIR-SYPH-002", "PAIR-API-001")
+def test_a_refused_message_back_within_the_clock_tolerance_is_forwarded_once_its_destination_is_up() -> None:
+    """The syphon sends a destination nothing until the lock of a message it refused has ended
+    (a refused send costs a round trip). That window ended at the lock's end *plus* the clock
+    tolerance, so when the refused message itself came back inside the tolerance (the ping woke
+    the syphon then) it was not sent but locked for one more lock duration: through the SDK,
+    under load, "peeking q shows m1" failed in CI. The message coming back is the proof that its
+    lock ended: it is tried again."""
+    from sbconform.paired import PairedFactory
+    from sbconform.targets.reference import ReferenceTarget
+
+    class SkewedClock(ReferenceTarget):
+        clock_tolerance = 300  # as the SDK target declares
+
+    primary, secondary = SkewedClock(), SkewedClock()
+    q = primary.create_queue("q")
+    factory = PairedFactory(primary, secondary, PairedNamespaceOptions(backlog_queue_count=1, failover_interval=0, ping_primary_interval=60 * SECOND, enable_syphon=True))
+    factory.pair_namespace()
+    primary.make_unavailable(q, "entity-unavailable", False)
+    assert factory.client(q).send(Message(b"m1", message_id="m1")) == [factory.backlog_paths[0]]
+    factory.run(30 * SECOND)  # the syphon took m1 and could not forward it: locked for a minute
+    primary.make_available(q)
+    factory.run(31 * SECOND)  # the ping at 60 s wakes the syphon as m1's lock ends
+    receiver = primary.receiver(q)
+    assert [m.message_id for m in primary.peek(receiver, 10)] == ["m1"]

@@ -116,7 +116,9 @@ class PairedFactory:
         self.sends: list[SendRecord] = []
         self._senders: dict[tuple[str, str], Handle] = {}
         self._receivers: dict[int, Handle] = {}
-        self._refused: dict[str, int] = {}  # destination (lower case) -> until when the syphon sends it nothing
+        # destination (lower case) -> (until when the syphon sends it nothing, the sequence number
+        # of the backlog message it refused)
+        self._refused: dict[str, tuple[int, int | None]] = {}
         self._retired: list[tuple[str, Handle]] = []  # handles of an ended factory, closed by dispose()
         self.failovers: list[tuple[int, str]] = []  # (when, entity): each failover, as the machine timed it
         self.paired = False
@@ -295,7 +297,10 @@ class PairedFactory:
         lag = int(getattr(secondary, "clock_tolerance", 0))
         retry = None if until is None else until + lag
         destination = decision.destination.lower()
-        if self.now() < self._refused.get(destination, -1):
+        refused_until, refused_message = self._refused.get(destination, (-1, None))
+        if refused_message is not None and refused_message == decision.handle.sequence_number:
+            refused_until = -1  # the refused message itself is back: its lock has ended
+        if self.now() < refused_until:
             # the destination refused a message whose lock has not ended yet: this one is not
             # sent there before then either; it stays locked and comes back as that one does
             # (through an SDK a refused send costs the half second of a refused attach)
@@ -306,7 +311,7 @@ class PairedFactory:
         except ServiceBusError:
             self.syphon.forward_failed(decision.backlog_index, retry)
             if retry is not None:
-                self._refused[destination] = retry
+                self._refused[destination] = (retry, decision.handle.sequence_number)
             return
         # If the lock was lost meanwhile (a slow broker), the message comes back and is moved
         # again: at least once, and duplicate detection on the destination drops the copy.
