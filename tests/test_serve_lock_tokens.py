@@ -75,3 +75,46 @@ def test_a_lock_token_guessed_from_another_renews_nothing() -> None:
             other.close()
     finally:
         srv.stop()
+
+
+MALFORMED = [
+    {"lock-tokens": "not-a-list"},
+    {"lock-tokens": 7},
+    {"lock-tokens": None},
+    {"lock-tokens": ["0b8e6c2a-0000-0000-0000-000000000000"]},  # strings, not uuids
+    {"lock-tokens": [b"\x00" * 16]},
+    {"lock-tokens": Array(UNDESCRIBED, Data.LONG, 1, 2)},
+    {"lock-tokens": [{"a": 1}]},
+    {"lock-token": Array(UNDESCRIBED, Data.UUID, uuid.uuid4())},  # a misspelt key
+    {},
+    "a string body",
+    None,
+]
+
+
+@pytest.mark.parametrize("operation", ["com.microsoft:renew-lock", "com.microsoft:update-disposition"])
+def test_malformed_lock_tokens_in_management_get_a_client_error_and_harm_nothing(operation: str) -> None:
+    """A hostile or careless client's lock tokens of the wrong type or shape: each answer is
+    400 (bad request) or 410 (no such lock), never 500, and the genuine lock still renews."""
+    srv = InProcess()
+    try:
+        conn = BlockingConnection(f"amqp://127.0.0.1:{srv.port}", allowed_mechs="ANONYMOUS", timeout=10)
+        try:
+            mgmt = _management(conn, srv.port, "open")
+            conn.create_sender("open").send(Message(body="m", id="m"))
+            conn.create_receiver("open", credit=1).receive(timeout=5)
+            token = lock_uuid(srv.on_loop(lambda: min(d.lock_token for d in srv.server.namespace.peek("open", 1, 10))))
+            for body in MALFORMED:
+                if isinstance(body, dict) and operation.endswith("update-disposition"):
+                    body = {**body, "disposition-status": "completed"}
+                reply = mgmt.call(Message(body=body, properties={"operation": operation}))
+                assert reply.properties["statusCode"] in (400, 410), (body, reply.properties)
+            # an empty array is well formed: nothing to renew or settle, an empty answer
+            reply = mgmt.call(Message(body={"lock-tokens": Array(UNDESCRIBED, Data.UUID), "disposition-status": "completed"},
+                                      properties={"operation": operation}))
+            assert reply.properties["statusCode"] == 200
+            assert _renew(mgmt, token) == 200
+        finally:
+            conn.close()
+    finally:
+        srv.stop()

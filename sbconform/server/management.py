@@ -59,7 +59,10 @@ class Request(NamedTuple):
         return v.opt_str(self.body.get("session-id"))
 
     def tokens(self) -> list[int]:
-        return [v.model_token(u) for u in map(v.as_uuid, v.values(self.body["lock-tokens"]))]
+        given = self.body["lock-tokens"]
+        if given is None:  # a required array of uuid (Service Bus AMQP management: renew-lock, update-disposition)
+            raise ValueError("lock-tokens is null")
+        return [v.model_token(u) for u in map(v.as_uuid, v.values(given))]
 
 
 Answer = tuple[int, Any, Changes]
