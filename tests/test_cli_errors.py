@@ -426,3 +426,21 @@ def test_cost_refuses_queues_times_days_too_big_to_finish(capsys) -> None:
     line = one_error(capsys, ["cost", "--backlog-queues", "2000", "--days", "30"])
     assert "queue-days" in line and "at most" in line and "--backlog-queues" in line and "--days" in line, line
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--clients", "100000000"], "--clients"),
+    (["--entities", "100000000"], "--entities"),
+])
+def test_generate_refuses_clients_or_entities_too_many_to_hold_when_parsed(capsys, tmp_path, argv, says) -> None:
+    """Review finding: generate --clients 100000000 grew past 7 GB in a minute; --entities
+    100000000 past 3.6 GB (each entity writes a few hundred events however few --events asks)."""
+    line = parse_error(capsys, ["generate", "--events", "10", *argv, "--out", str(tmp_path / "t.jsonl")])
+    assert says in line and "at most" in line, line
+
+
+def test_generate_refuses_clients_times_entities_too_many_to_hold(capsys, tmp_path) -> None:
+    started = time.monotonic()
+    line = one_error(capsys, ["generate", "--events", "10", "--clients", "1000", "--entities", "100000", "--out", str(tmp_path / "t.jsonl")])
+    assert "--clients" in line and "--entities" in line and "at most" in line, line
+    assert time.monotonic() - started < 5 and not any(tmp_path.iterdir())

@@ -9,8 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from ..argtypes import whole
 from ..progress import LiveLine, count, rate
 from .cost import positive
+
+#: Bounds on the trace's shape: every entity writes a few hundred events however few --events
+#: asks, and every client is held in memory (10^8 clients grew past 7 GB).
+MAX_CLIENTS, MAX_ENTITIES, MAX_CLIENTS_IN_ALL = 1000, 100_000, 1_000_000
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"sbconform generate: --inject {','.join(unknown)}: unknown; known: {', '.join(INJECTIONS)} (or all)",
               file=sys.stderr)
+        return 2
+    if args.clients * args.entities > MAX_CLIENTS_IN_ALL:
+        print(f"sbconform generate: --clients {args.clients:,} x --entities {args.entities:,} is "
+              f"{args.clients * args.entities:,} clients; at most {MAX_CLIENTS_IN_ALL:,}", file=sys.stderr)
         return 2
     out = Path(args.out)
     problem = _out_problem(args, out)
@@ -141,8 +150,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("generate", help="write a large legal trace from the reference model (with --inject: planted violations)")
     p.add_argument("--events", type=positive, required=True, metavar="N", help="at least this many events")
-    p.add_argument("--clients", type=positive, default=4, metavar="C", help="clients per entity (default 4)")
-    p.add_argument("--entities", type=positive, default=8, metavar="E",
+    p.add_argument("--clients", type=whole(1, MAX_CLIENTS), default=4, metavar="C", help="clients per entity (default 4)")
+    p.add_argument("--entities", type=whole(1, MAX_ENTITIES), default=8, metavar="E",
                    help="entities; their shapes cycle through plain, sessions, partitioned, retries (max delivery count 3), pings")
     p.add_argument("--partitions", type=int, default=4, metavar="P", help="partitions of partitioned entities: 1, 2 or 4 (default 4)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed: the same seed writes the same trace")
