@@ -32,7 +32,7 @@ from sbspec import load_catalog
 from .coverage import kit_root
 from .report import build_report, load_expectations, selects, write_junit, write_report
 from .progress import LiveLine
-from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial
+from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
 
 INTERRUPTED = 130
@@ -276,6 +276,7 @@ class _Run:
         self.stopping = False
         self.timed_out = 0  # test processes stopped by the shard timeout
         self.stuck: list[str] = []  # their unfinished tests
+        self.collected: dict[str, TestMeta] = {}  # what each test checks, from the collection step
 
     def on_signal(self, signum, frame) -> None:
         if not self.stopping:
@@ -333,13 +334,11 @@ class _Run:
 
     # ------------------------------------------------------------ running
     def execute(self, jobs: int, timeout: float | None) -> RunResults | None:
-        if jobs > 1:
+        if jobs > 1 or timeout is not None:  # with a time limit, what each test checks is known before
             ids = self._collect()
             if ids is None:
                 return None
-            shards = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]]
-        else:
-            shards = [None]
+        shards = [ids[i::jobs] for i in range(jobs) if ids[i::jobs]] if jobs > 1 else [None]
         base = self.base
         for i, shard in enumerate(shards):
             path = self.raw_path if shard is None else self.raw_path.with_name(f"results.{i}.json")
@@ -377,8 +376,13 @@ class _Run:
         return merged
 
     def _collect(self) -> list[str] | None:
-        collect = [c for c in self.command if c not in ("--sb-report-json", str(self.raw_path))]
+        collected = self.raw_path.with_name("collected.json")
+        collect = [c if c != str(self.raw_path) else str(collected) for c in self.command]
+        partial = Path(str(collected) + ".partial")
+        partial.unlink(missing_ok=True)
         listing = subprocess.run(collect + ["--collect-only"], cwd=self.root, env=self.env, capture_output=True, text=True)
+        self.collected = read_partial(partial)[0]
+        partial.unlink(missing_ok=True)
         with self.log_lock:
             self.log.write(mask(listing.stdout[-20000:] + listing.stderr[-5000:]))
         if listing.returncode not in (0, 5):
@@ -417,19 +421,23 @@ class _Run:
         process.wait()
         partial = Path(str(path) + ".partial")
         metas, tests = read_partial(partial)
+        metas = {**self.collected, **metas}
+        started = read_started(partial)
         partial.unlink(missing_ok=True)
         done = {t["nodeid"] for t in tests}
         reason = (f"timed out: stopped by --shard-timeout {timeout:g} s (the command's time limit) before it "
                   f"finished; not a verdict of the target's behaviour unless the target hung")
+        not_run = (f"not run: its test process was stopped by --shard-timeout {timeout:g} s (the command's time "
+                   f"limit) before it reached this test")
         stuck = [nodeid for nodeid in (shard or list(metas)) if nodeid not in done]
         self.timed_out += 1
         self.stuck += stuck
         print(f"sbconform certify: --shard-timeout {timeout:g} s: a test process was still running and was stopped; "
-              f"{len(stuck)} test(s) not finished" + (f": {', '.join(stuck[:5])}" if stuck else "")
+              f"{len(stuck)} test(s) not finished ({sum(n not in started for n in stuck)} never started)" + (f": {', '.join(stuck[:5])}" if stuck else "")
               + (f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""), file=sys.stderr, flush=True)
-        for nodeid in stuck:
+        for nodeid in stuck:  # begun and stopped: a failure (the target may have hung); never begun: not run
             meta: TestMeta = metas.get(nodeid) or default_meta(nodeid)
-            tests.append(make_result(nodeid, meta, "call", "fail", reason))
+            tests.append(make_result(nodeid, meta, "call", *(("fail", reason) if nodeid in started else ("skip", not_run))))
         return RunResults(target={}, exitstatus=1, finished=None, selection=[], tests=tests)
 
     # ------------------------------------------------------------ progress

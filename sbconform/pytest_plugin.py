@@ -284,6 +284,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     sb = target_session(item.config)
     if sb is not None:
         sb.made = 0
+    _append_partial(item.config, {"started": item.nodeid})  # a test stopped past this point had begun
     if not directory or sb is None:
         return (yield)
     from .trace.recorder import TestTrace
@@ -327,7 +328,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     return report
 
 
-def _append_partial(config: pytest.Config, result: TestResult | Collected) -> None:
+def _append_partial(config: pytest.Config, result: TestResult | Collected | dict) -> None:
     """Each result also goes, as it happens, to ``<report-json>.partial`` (JSON Lines): if the run
     is killed (``certify --jobs`` stops a stuck shard) the results so far survive."""
     path = config.getoption("--sb-report-json")
@@ -357,6 +358,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     path = config.getoption("--sb-report-json")
     if not path or getattr(config, "workerinput", None) is not None:
+        return
+    if config.option.collectonly:  # certify's collection step reads what each test checks from the .partial
         return
     sb = config.stash[SESSION]
     data = RunResults(

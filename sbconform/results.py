@@ -81,5 +81,19 @@ def read_partial(path: Path) -> tuple[dict[str, TestMeta], list[TestResult]]:
     return metas, tests
 
 
+def read_started(path: Path) -> set[str]:
+    """The tests a ``.partial`` file says were started (a killed writer's cut line is ignored)."""
+    started: set[str] = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "started" in record:
+                started.add(record["started"])
+    return started
+
+
 def empty_run(tests: Iterable[TestResult] = (), target: dict[str, Any] | None = None) -> RunResults:
     return RunResults(target=target or {}, finished=None, exitstatus=1, selection=[], tests=list(tests))

@@ -242,6 +242,25 @@ def test_a_run_whose_every_test_process_timed_out_is_never_certified(tmp_path: P
     assert "--shard-timeout" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_tests_a_stopped_process_never_started_keep_their_clauses_and_are_not_run(tmp_path: Path, monkeypatch, capsys, jobs) -> None:
+    """A test process stopped by --shard-timeout before it reached its tests left them without
+    their clauses: the report said "uncovered" (no test in the kit checks them), which is false.
+    They are now "skip: not run" under their own clauses; never a failure of the target."""
+    from sbconform.certify import certify
+
+    _stuck_before_any_test(tmp_path, monkeypatch)
+    code = certify("reference", tmp_path / "r", clauses=["SETTLE-DEFR-*"], jobs=jobs, shard_timeout=3)
+    assert code == 2, code
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    defr = {cid: c for cid, c in report["clauses"].items() if cid.startswith("SETTLE-DEFR-")}
+    assert defr and all(c["status"] == "skip" and "not run" in c["reason"] and "--shard-timeout 3 s" in c["reason"]
+                        for c in defr.values()), {cid: (c["status"], c["reason"]) for cid, c in defr.items()}
+    assert report["summary"]["uncovered"] == 0 and "INCOMPLETE" in report["summary"]["verdict"]
+    err = capsys.readouterr().err
+    assert "never started" in err and "Traceback" not in err, err
+
+
 def test_a_report_of_no_test_at_all_certifies_nothing() -> None:
     from sbspec import load_catalog
 
