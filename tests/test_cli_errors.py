@@ -444,3 +444,17 @@ def test_generate_refuses_clients_times_entities_too_many_to_hold(capsys, tmp_pa
     line = one_error(capsys, ["generate", "--events", "10", "--clients", "1000", "--entities", "100000", "--out", str(tmp_path / "t.jsonl")])
     assert "--clients" in line and "--entities" in line and "at most" in line, line
     assert time.monotonic() - started < 5 and not any(tmp_path.iterdir())
+
+
+def test_a_damaged_parquet_trace_read_by_spark_names_the_file_and_the_cause(tmp_path, spark, capsys) -> None:
+    """Spark's own Parquet reader (--reader spark) on a damaged file said only "Py4JJavaError: An
+    error occurred while calling o124.collectToPython": which file, and what is wrong with it?"""
+    trace = tmp_path / "t.parquet"
+    assert main(["generate", "--events", "3000", "--entities", "2", "--out", str(trace)]) == 0
+    data = bytearray(trace.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 200):
+        data[i] ^= 0x5A
+    trace.write_bytes(bytes(data))
+    capsys.readouterr()
+    line = one_error(capsys, ["replay", "--reader", "spark", str(trace), "--out", str(tmp_path / "o")])
+    assert str(trace) in line and "no verdict" in line and "Py4JJavaError" not in line and "o1" not in line, line

@@ -95,6 +95,22 @@ def spark_log():
             os.unlink(path)
 
 
+def unreadable_file(java_error: str) -> str | None:
+    """Spark's failure to read a trace file (a Py4JJavaError's text, whose first line names only a
+    JVM object) said as the file and the innermost cause; None when the text says no such thing."""
+    import re
+    from urllib.parse import unquote, urlparse
+
+    path = re.search(r"reading file (\S+?)\.?\s", java_error)
+    if path is None:
+        return None
+    causes = re.findall(r"Caused by: ([\w.$]+): ([^\n]*)", java_error)
+    cause = f"{causes[-1][0].rsplit('.', 1)[-1]}: {causes[-1][1].strip()[:300]}" if causes else "unreadable"
+    url = urlparse(path.group(1))
+    name = unquote(url.path) if url.scheme == "file" else path.group(1)
+    return f"{name}: cannot be read ({cause}); damaged, or not a trace written as Parquet?; no verdict"
+
+
 def run(args: argparse.Namespace) -> int:
     from ..trace.replay import exit_code, replay_spark, run_local
     from ..trace.schema import TraceFormatError
@@ -139,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as error:  # a crash is never a verdict: 1 means violations found
         lines = [line for line in str(error).splitlines() if line.strip()]
         log = getattr(error, "spark_log", None)
-        print(f"sbconform replay: the replay failed, no verdict: {type(error).__name__}: "
-              f"{lines[0][:300] if lines else ''}" + (f" (Spark's log: {log})" if log else ""), file=sys.stderr)
+        said = unreadable_file(str(error)) or f"the replay failed, no verdict: {type(error).__name__}: {lines[0][:300] if lines else ''}"
+        print(f"sbconform replay: {said}" + (f" (Spark's log: {log})" if log else ""), file=sys.stderr)
         return 2
     print_summary(summary, args.out or (None if args.local else "replay-out"))
     if not summary.get("events"):
