@@ -255,14 +255,14 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         messages = self.messages
         if mode == PEEK_LOCK:
             track = lane is self.lane
-            for _ in range(max_count):
+            while len(out) < max_count:
                 msg = lane.pop_head(messages)
                 if msg is None:
                     break
                 self._lock(msg, holder, locked_until, track)
                 out.append(Delivery(msg))
         else:
-            for _ in range(max_count):
+            while len(out) < max_count:
                 msg = lane.pop_head(messages)
                 if msg is None:
                     break
@@ -337,7 +337,10 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
 
     def complete(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-COMP-001: the message is removed."""
-        self._remove(self.locked_message(now, holder, lock_token), COMPLETED, "completed")  # its lock ends with it
+        msg = self.locks.get(lock_token)
+        if msg is None or now >= self._due or self.requires_session:
+            msg = self.locked_message(now, holder, lock_token)  # time first, a session's holder, or lock lost
+        self._remove(msg, COMPLETED, "completed")  # its lock ends with it
 
     def abandon(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
         """SETTLE-ABAN-001: released at once, as a failed delivery; SETTLE-MOD-001: with the
@@ -423,10 +426,20 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             self._due = deadline
 
     def _unlock(self, msg: StoredMessage) -> None:
-        del self.locks[msg.lock_token]
+        token = msg.lock_token
+        del self.locks[token]
+        self._drop_newest_deadline(token)
         msg.lock_token = None
         msg.locked_until = None
         msg.holder = None
+
+    def _drop_newest_deadline(self, token: int) -> None:
+        """A lock that ends before its deadline leaves its deadline behind, stale (``tick``
+        skips it). When it is the newest deadline, as when messages are settled in the order
+        they were received, it leaves now: the queue does not grow with settled locks."""
+        deadlines = self.lock_deadlines
+        if deadlines and deadlines[-1][1] == token:
+            deadlines.pop()
 
     def _release(self, msg: StoredMessage, now: int, failed: bool) -> None:
         """A lock ends without settlement: back to the head, or onwards if it must."""
@@ -459,6 +472,9 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         token = msg.lock_token
         if token is not None:  # settled under its lock (complete): the lock ends (_unlock)
             del self.locks[token]
+            deadlines = self.lock_deadlines
+            if deadlines and deadlines[-1][1] == token:
+                deadlines.pop()  # _drop_newest_deadline, inline: the usual settlement
             msg.lock_token = msg.locked_until = msg.holder = None
         msg.state = final
         self.bytes -= msg.size
