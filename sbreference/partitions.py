@@ -95,6 +95,10 @@ class PartitionedStore:
         self.dead_letter_queue: PartitionedStore | None = None
         self.parent: PartitionedStore | None = None
         self.turn = 0  # the partition that answers the next receive first, by default
+        n = len(partitions)
+        #: From each partition whose turn it is, the partitions in the order they are asked.
+        self.turn_order = [tuple((turn + step) % n for step in range(n)) for turn in range(n)]
+        self.next_turn = [(index + 1) % n for index in range(n)]  # whose turn it is after index answered
         if not is_dead_letter:
             self.dead_letter_queue = PartitionedStore(owner, [p.dead_letter_queue for p in partitions], True)
             self.dead_letter_queue.parent = self
@@ -148,13 +152,40 @@ class PartitionedStore:
         choose: Chooser | None = None,
     ) -> list[Delivery]:
         """Each message comes from the head of some available partition (PART-RECV-001);
-        the others stay where they are for later receives (PART-RECV-002)."""
+        the others stay where they are for later receives (PART-RECV-002).
+
+        ``choose`` picks the partition; without it, the reference's own answer: for each
+        message, the first available partition with a message ready answers, starting from
+        the one whose turn it is (the partitions take turns)."""
         if session_id is not None or self.requires_session:
             if session_id is None:
                 return self.partitions[0].receive(now, holder, max_count, mode, None)  # the usual error
             return self._by_session(session_id).receive(now, holder, max_count, mode, session_id)
-        if choose is None:
-            return self._take_in_turn(now, holder, max_count, mode)
+        if choose is not None:
+            return self._receive_chosen(now, holder, max_count, mode, choose)
+        partitions = self.partitions
+        available = self.owner.available
+        out: list[Delivery] = []
+        while len(out) < max_count:
+            for index in self.turn_order[self.turn]:
+                store = partitions[index]
+                if not available[index]:
+                    continue
+                if now >= store._due:
+                    store.tick(now)
+                if store.lane.available:
+                    got = store.receive(now, holder, 1, mode)
+                    if got:
+                        self.turn = self.next_turn[index]
+                        if max_count == 1:
+                            return got  # one message asked: the partition's answer is the answer
+                        out.append(got[0])
+                        break
+            else:
+                break  # no partition has a message ready
+        return out
+
+    def _receive_chosen(self, now: int, holder: int, max_count: int, mode: str, choose: Chooser) -> list[Delivery]:
         out: list[Delivery] = []
         while len(out) < max_count:
             allowed = self.allowed_heads(now)
@@ -165,34 +196,6 @@ class PartitionedStore:
                 raise ValueError(f"choose() picked partition {index}, not among the allowed {allowed}")
             out.extend(self.partitions[index].receive(now, holder, 1, mode))
             self.turn = (index + 1) % len(self.partitions)
-        return out
-
-    def _take_in_turn(self, now: int, holder: int, max_count: int, mode: str) -> list[Delivery]:
-        """The reference's own answer: for each message, the first available partition
-        with a message ready answers, starting from the one whose turn it is."""
-        partitions = self.partitions
-        n = len(partitions)
-        available = self.owner.available
-        out: list[Delivery] = []
-        for _ in range(max_count):
-            turn = self.turn
-            for step in range(n):
-                index = turn + step
-                if index >= n:
-                    index -= n
-                store = partitions[index]
-                if not available[index]:
-                    continue
-                if now >= store._due:
-                    store.tick(now)
-                if store.lane.available:
-                    got = store.receive(now, holder, 1, mode)
-                    if got:
-                        self.turn = index + 1 if index + 1 < n else 0
-                        out.append(got[0])
-                        break
-            else:
-                break  # no partition has a message ready
         return out
 
     # -- settlement
