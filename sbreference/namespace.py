@@ -68,6 +68,7 @@ class Namespace(Provisioning):
         self._connections = itertools.count(1)
         self.open_connections: set[int] = set()
         self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given
+        self._queues: dict[str, Entity] = {}  # path -> the queue itself, among the routes: receive's and complete's
         self.faults: dict[str, ServiceBusError] = {}  # entity key -> the error it answers with
         self.transactions = Transactions(self)  # TXN-*: the coordinator
 
@@ -197,17 +198,17 @@ class Namespace(Provisioning):
         if max_count < 1:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"max_count must be at least 1, got {max_count}")
         self.billed_operations += 1
-        route = self._routes.get(path)
-        if route is not None and route[1] is None and route[0].kind == "queue" and not route[0].schedule_order:
-            store = route[0].store  # a queue with nothing scheduled: what _receiving_store returns
+        queue = self._queues.get(path)
+        if queue is not None and not queue.schedule_order:
+            store = queue.store  # a cached queue with nothing scheduled: what _taking_store returns
         else:
             store = self._taking_store(path)
         return store.receive(self.clock.now, conn, max_count, mode, session_id, choose)
 
     def complete(self, conn: int, path: str, lock_token: int) -> None:
-        route = self._routes.get(path)
-        if route is not None and route[1] is None and route[0].kind == "queue" and not route[0].schedule_order:
-            store = route[0].store  # a queue with nothing scheduled: what _receiving_store returns
+        queue = self._queues.get(path)
+        if queue is not None and not queue.schedule_order:
+            store = queue.store  # a cached queue with nothing scheduled: what _taking_store returns
         else:
             store = self._taking_store(path)
         store.complete(self.clock.now, conn, lock_token)
@@ -394,11 +395,16 @@ class Namespace(Provisioning):
         self.faults[entity.path.lower()] = ServiceBusError(
             code, f"The messaging entity '{self.name}/{entity.path}' is unavailable (injected fault).", transient=transient
         )
-        self._routes.clear()
+        self._forget_routes()
 
     def make_available(self, path: str) -> None:
         self.faults.pop(self._entity(path).path.lower(), None)
+        self._forget_routes()
+
+    def _forget_routes(self) -> None:
+        """Resolve every path again: a fault, a status, or an entity changed."""
         self._routes.clear()
+        self._queues.clear()
 
     def _check_fault(self, entity: Entity) -> None:
         fault = self.faults.get(entity.path.lower())
@@ -417,6 +423,8 @@ class Namespace(Provisioning):
                 self._check_fault(route[0])  # a faulted entity is never cached
             elif self._statuses(*route) == (ACTIVE, ACTIVE):
                 self._routes[path] = route  # nor one that is not Active (its operations are checked)
+                if route[1] is None and route[0].kind == "queue":
+                    self._queues[path] = route[0]
         return route
 
     @staticmethod

@@ -115,7 +115,7 @@ class Provisioning:
             entity.require_all_available("update")
         owner.description = new
         if new.status != current.status:
-            self._routes.clear()  # a path cached while all was Active is checked again (SETTLE-STATUS-*)
+            self._forget_routes()  # a path cached while all was Active is checked again (SETTLE-STATUS-*)
         if owner is entity:
             entity.max_bytes = new.max_size_in_megabytes * MB
             if entity.duplicates is not None:
@@ -151,7 +151,7 @@ class Provisioning:
             )  # SETTLE-ENT-002
         self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_to)
         self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_dead_lettered_messages_to)
-        self._routes.clear()
+        self._forget_routes()
         sub = topic.add_subscription(name, d)
         self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)
         return sub
@@ -195,11 +195,11 @@ class Provisioning:
         if key in self.entities:
             raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The {entity.kind} '{entity.path}' already exists.")
         self.entities[key] = entity
-        self._routes.clear()
+        self._forget_routes()
         return entity
 
     def delete(self, path: str) -> None:
-        self._routes.clear()
+        self._forget_routes()
         key = path.lower()
         parsed = parse(path) if SUBSCRIPTIONS in key else None
         entity = self.entities.get(parsed.key if parsed is not None else key)
