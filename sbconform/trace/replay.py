@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from sbreference.paths import parse as parse_path
 
+from .batches import DICTIONARY_FIELDS, UNREAD, by_piece, column_values, creates, rows_of  # noqa: F401 (importable from here)
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, piece_key
 from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
@@ -46,65 +47,31 @@ def result_schema():
     return pa.schema([pa.field(n, types[t]) for n, t in RESULT_FIELDS])
 
 
-#: String fields with few distinct values (clients, operations, phases, entities, argument
-#: texts, ...): read from Parquet dictionary-encoded, so each distinct value is decoded once
-#: per batch and every row holding it shares one string object (comparisons by identity).
-DICTIONARY_FIELDS = ("client", "conn", "op", "phase", "entity", "session", "partition_key", "args", "error")
-
-
-def column_values(column) -> list:
-    """One Arrow column as a Python list, converted column-wise (no per-value Arrow scalars):
-    a dictionary-encoded column decodes its dictionary once and indexes it."""
-    import numpy as np
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(column.type):
-        values = np.array(column.dictionary.to_pylist() + [None], dtype=object)  # the last one stands for null
-        indices = column.indices
-        if indices.null_count:
-            indices = indices.fill_null(len(values) - 1)
-        return values[indices.to_numpy()].tolist()
-    if column.null_count == 0 and pa.types.is_integer(column.type):
-        return column.to_numpy().tolist()
-    return column.to_pylist()
-
-
-def rows_of(batch) -> Iterator[tuple]:
-    """Row tuples (FIELD_NAMES order) of an Arrow record batch, converted column-wise."""
-    names = batch.schema.names
-    n = batch.num_rows
-    cols = []
-    for name in FIELD_NAMES:
-        if name in names and name != "trace":
-            cols.append(column_values(batch.column(names.index(name))))
-        else:
-            cols.append([None] * n)
-    return zip(*cols)
-
-
 def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                   progress: Callable[[int, str | None, int, int], None] | None = None) -> list[dict[str, Any]]:
     """Check every piece found in ``batches`` (rows of each piece in position order; pieces
     may interleave). Returns one result per piece. ``progress(rows, piece, pieces, violations)``
     after each batch: the rows just checked, the piece of the last one, the pieces seen so far
-    and those of them with a violation found already."""
+    and those of them with a violation found already.
+
+    Each batch is grouped by piece (``by_piece``) and decoded column-wise, then fed to the
+    checkers one run of rows of an entity at a time (``PieceChecker.feed_rows``): one
+    lookup per run, not per row."""
     checkers: dict[str, PieceChecker] = {}
     by_entity: dict[str | None, PieceChecker] = {}
-    last_entity: Any = object()  # rows of one entity come in runs: look the checker up once per run
     checker: PieceChecker | None = None
     forwarded: dict[str, str] = {}  # piece key of an auto-forwarding destination -> the source
     for batch in batches:
-        for row in rows_of(batch):
-            if row[OP] == "create-entity" and row[PHASE] == "invoke":
-                _note_forwarding(row, forwarded)
-            entity = row[ENTITY]
-            if entity is last_entity or entity == last_entity:
-                checker.feed(row)  # type: ignore[union-attr]
-                continue
-            last_entity = entity
+        batch, runs, last = by_piece(batch)
+        rows = rows_of(batch)
+        if creates(batch):
+            for row in rows:
+                if row[OP] == "create-entity" and row[PHASE] == "invoke":
+                    _note_forwarding(row, forwarded)
+        for start, end in runs:
+            entity = rows[start][ENTITY]
             checker = by_entity.get(entity)
             if checker is None:
-                entity = row[ENTITY]
                 key = piece_key(entity)
                 checker = checkers.get(key)
                 if checker is None:
@@ -114,8 +81,10 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                     checker.unknown = f"subscriptions are not modelled by the replay checker yet ({entity})"
                     checker.done = True
                 by_entity[entity] = checker
-            checker.feed(row)
+            checker.feed_rows(rows[start:end] if start or end < len(rows) else rows)
         if progress is not None:
+            if rows:
+                checker = by_entity[rows[last][ENTITY]]  # the piece of the batch's last event
             progress(batch.num_rows, checker.key if checker is not None else None, len(checkers),
                      sum(1 for c in checkers.values() if c.violation is not None))
     return [_forwarded_into(c.finish(), forwarded) for c in checkers.values()]
@@ -258,8 +227,8 @@ def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
         pf = parquet_file(source, read_dictionary=[n for n in DICTIONARY_FIELDS if n in present])
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         raise TraceFormatError(f"{path}: not a readable Parquet file ({str(error).splitlines()[0][:200]})") from None
-    # the trace id (the same on every row) is neither checked nor read by the checker: not decoded
-    columns = [n for n in FIELD_NAMES if n in pf.schema_arrow.names and n != "trace"]
+    # the trace id (the same on every row) and the error texts are not read by the checker: not decoded
+    columns = [n for n in FIELD_NAMES if n in pf.schema_arrow.names and n not in UNREAD]
     for batch in corrupt_parquet_batches(pf.iter_batches(batch_size=batch_size, columns=columns), path):
         validate_batch(batch, path)
         yield batch

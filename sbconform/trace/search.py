@@ -114,53 +114,69 @@ class PieceChecker:
 
     # -- input
     def feed(self, row: tuple) -> None:
-        self.events += 1
-        if self.done:
-            v = self.violation
-            if v is not None and v.watch is not None and row[SEQ] == v.watch and row[OP] == "receive" and row[PHASE] == "ok":
-                self.seen_later = True
-            return
-        try:
-            # one call per event: the hot path of replay (completion events of the current
-            # operation, then the next invoke)
-            op_id = row[OP_ID]
+        self.feed_rows((row,))
+
+    def feed_rows(self, rows) -> None:
+        """Feed events of this piece, in position order (a run of rows of one batch: the hot
+        path of replay, one call per run; the completion events of the current operation,
+        then the next invoke)."""
+        self.events += len(rows)
+        it = iter(rows)
+        if not self.done:
+            pending = self.pending
             cur = self.current
-            phase = row[PHASE]
-            if cur is not None:
-                if op_id != cur.inv[OP_ID]:
-                    self.current = None
-                    self._completed(cur)
-                elif phase != "invoke":
-                    cur.comps.append(row)
-                    return
-            if phase == "invoke":
-                pending = self.pending
-                if op_id in pending:
-                    raise Undecidable(f"op_id {op_id} invoked twice (pos {row[POS]})")
-                if pending and self.window is None:
-                    # the window becomes concurrent: nothing of it has been applied yet
-                    for c in self.cands:
-                        c.win_start = len(c.log)
-                    self.window = []
-                pending[op_id] = _Op(row)
+            cur_id = cur.inv[OP_ID] if cur is not None else None
+            for row in it:
+                try:
+                    op_id = row[OP_ID]
+                    phase = row[PHASE]
+                    if cur is not None:
+                        if op_id != cur_id:
+                            self.current = None
+                            done, cur = cur, None
+                            self._completed(done)
+                        elif phase != "invoke":
+                            cur.comps.append(row)
+                            continue
+                    if phase == "invoke":
+                        if op_id in pending:
+                            raise Undecidable(f"op_id {op_id} invoked twice (pos {row[POS]})")
+                        if pending and self.window is None:
+                            # the window becomes concurrent: nothing of it has been applied yet
+                            for c in self.cands:
+                                c.win_start = len(c.log)
+                            self.window = []
+                        pending[op_id] = _Op(row)
+                        continue
+                    op = pending.pop(op_id, None)
+                    if op is None and row[OP] == "create-entity" and phase == "ok":
+                        # a target that names what it creates (a unique suffix) records the invoke under
+                        # the name asked for and the ok under the path it made: the ok is the creation here
+                        op = _Op(row)
+                    if op is None:
+                        raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {op_id} that is not pending "
+                                          "(no invoke, or its completion events are not consecutive)")
+                    op.done_at = row[POS]
+                    self.current = cur = op
+                    cur_id = op_id
+                    op.comps.append(row)
+                except Violation as v:
+                    self.violation = v
+                    self.done = True
+                    break
+                except Undecidable as u:
+                    self.unknown = str(u)
+                    self.done = True
+                    break
+            else:
                 return
-            op = self.pending.pop(op_id, None)
-            if op is None and row[OP] == "create-entity" and phase == "ok":
-                # a target that names what it creates (a unique suffix) records the invoke under
-                # the name asked for and the ok under the path it made: the ok is the creation here
-                op = _Op(row)
-            if op is None:
-                raise Undecidable(f"{phase} event at pos {row[POS]} for op_id {op_id} that is not pending "
-                                  "(no invoke, or its completion events are not consecutive)")
-            op.done_at = row[POS]
-            self.current = op
-            op.comps.append(row)
-        except Violation as v:
-            self.violation = v
-            self.done = True
-        except Undecidable as u:
-            self.unknown = str(u)
-            self.done = True
+        v = self.violation
+        if v is not None and v.watch is not None:
+            watch = v.watch
+            for row in it:
+                if row[SEQ] == watch and row[OP] == "receive" and row[PHASE] == "ok":
+                    self.seen_later = True
+                    break
 
     def _completed(self, op: _Op) -> None:
         window = self.window

@@ -13,7 +13,7 @@ from sbreference.paths import ENTITY_KEY_PATTERNS
 
 from ..progress import LiveLine, SparkStages
 from .checker import DEFAULT_SEARCH_BOUND
-from .replay import (_REQUIRED, RESULT_DDL, TRACE_DDL, _is_remote, _jsonl_batches, _parquet_batches, check_batches,
+from .replay import (_REQUIRED, RESULT_DDL, TRACE_DDL, UNREAD, _is_remote, _jsonl_batches, _parquet_batches, check_batches,
                      error_row, locate, result_schema, summarize, validate_batch)
 from .schema import FIELD_NAMES, TraceFormatError
 
@@ -221,8 +221,8 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 piece = F.lower(piece)
                 n = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
                 df = df.withColumn("_piece", F.coalesce(piece, F.lit(""))).repartition(n, "_piece").sortWithinPartitions("_piece", "pos")
-            # the trace id is the same on every row: not shipped
-            df = df.select(*[c for c in FIELD_NAMES if c != "trace"], *([BAD, CORRUPT] if BAD in df.columns else []))
+            # the trace id (the same on every row) and the error texts are not read: not shipped
+            df = df.select(*[c for c in FIELD_NAMES if c not in UNREAD], *([BAD, CORRUPT] if BAD in df.columns else []))
             result = df.mapInArrow(_bound_checker(search_bound), RESULT_DDL)
         live = progress if progress is not None else LiveLine(live=False)
         with SparkStages(spark.sparkContext.statusTracker(), live):
