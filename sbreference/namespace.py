@@ -68,6 +68,7 @@ class Namespace(Provisioning):
         self._connections = itertools.count(1)
         self.open_connections: set[int] = set()
         self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given
+        self._senders: dict[str, Entity] = {}  # path -> the queue or topic itself, among the routes: send's
         self._queues: dict[str, Entity] = {}  # path -> the queue itself, among the routes: receive's and complete's
         self.faults: dict[str, ServiceBusError] = {}  # entity key -> the error it answers with
         self.transactions = Transactions(self)  # TXN-*: the coordinator
@@ -102,12 +103,10 @@ class Namespace(Provisioning):
         ``None`` for a message dropped as a duplicate. On a partitioned entity ``choose``
         picks among ``allowed_partitions`` (default: round-robin)."""
         self.billed_operations += 1
-        route = self._routes.get(path)
         # A cached route is an entity that answers now (faulted ones are never cached);
-        # with no store it is the queue or topic itself: what a sender may address.
-        if route is not None and route[1] is None:
-            entity = route[0]
-        else:
+        # one to the queue or topic itself is what a sender may address.
+        entity = self._senders.get(path)
+        if entity is None:
             entity = self._sending_entity(path)
             refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001 (never cached)
         if isinstance(messages, Message):
@@ -404,6 +403,7 @@ class Namespace(Provisioning):
     def _forget_routes(self) -> None:
         """Resolve every path again: a fault, a status, or an entity changed."""
         self._routes.clear()
+        self._senders.clear()
         self._queues.clear()
 
     def _check_fault(self, entity: Entity) -> None:
@@ -423,8 +423,10 @@ class Namespace(Provisioning):
                 self._check_fault(route[0])  # a faulted entity is never cached
             elif self._statuses(*route) == (ACTIVE, ACTIVE):
                 self._routes[path] = route  # nor one that is not Active (its operations are checked)
-                if route[1] is None and route[0].kind == "queue":
-                    self._queues[path] = route[0]
+                if route[1] is None:  # the queue or topic itself
+                    self._senders[path] = route[0]
+                    if route[0].kind == "queue":
+                        self._queues[path] = route[0]
         return route
 
     @staticmethod
