@@ -221,15 +221,17 @@ class PieceModel:
         session = inv[SESSION] if inv[SESSION] is not None else args.get("session")
         holder = self._holder(inv)
         dead_letter = _is_dead_letter(inv[ENTITY])
+        partitioned, stores = self.config.get("enable_partitioning"), self.stores
         for row in comps:
-            now = self._tick_time(row)
+            t = row[TIME]
+            now = self.now = t if t > self.now else self.now  # _tick_time
             seq = row[SEQ]
             if seq is None and row[MESSAGE_ID] is None:
                 if check:
                     self._check_nothing_available(row, now, session, dead_letter)
                 continue
-            p = self._partition(row, seq)
-            store = self.store(p)
+            p = self._partition(row, seq) if partitioned else 0
+            store = stores.get(p) or self.store(p)
             if dead_letter:
                 store.tick(now)  # lock expiries there may dead-letter messages (SETTLE-LOCK-007)
                 store = store.dead_letter_queue
@@ -459,7 +461,7 @@ def _is_dead_letter(path: str | None) -> bool:
     return (path or "").lower().endswith(DLQ_SUFFIX)
 
 
-_HANDLERS = {
+HANDLERS = _HANDLERS = {
     "create-entity": PieceModel._create,
     "delete-entity": PieceModel._delete,
     "send": PieceModel._send,

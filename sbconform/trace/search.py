@@ -23,6 +23,7 @@ from .checker import (
     CHECKPOINT_EVERY,
     CLAUSES,
     DEFAULT_SEARCH_BOUND,
+    HANDLERS,
     MAX_CANDIDATES,
     OP_ID,
     PHASE,
@@ -217,9 +218,14 @@ class PieceChecker:
         cands = self.cands
         if len(cands) == 1:
             c = cands[0]
-            c.state.apply(op.inv, op.comps)
+            inv, comps = op.inv, op.comps
+            handler = HANDLERS.get(inv[OP])
+            if handler is not None and comps[0][PHASE] != "fail":
+                handler(c.state, inv, comps, True)  # PieceModel.apply, one call shorter
+            else:
+                c.state.apply(inv, comps)
             log = c.log
-            log.append((op.inv, op.comps))
+            log.append((inv, comps))
             if len(log) >= CHECKPOINT_EVERY and c.win_start == 0:
                 c.checkpoint()
             return
