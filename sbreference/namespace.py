@@ -61,7 +61,7 @@ class Namespace(Provisioning):
         self.clock = clock if clock is not None else VirtualClock()
         self.sku = sku
         self.partition_count = partition_count
-        self.billed_operations = 0  # PART-COST-001: one per send, receive or settlement call
+        self.billed_operations = 0  # PART-COST-001: one per send, schedule or receive call (settlements are not counted)
         self._hops = 0  # auto-forwarding depth of the delivery in progress
         self.entities: dict[str, Entity] = {}
         self._lock_tokens = itertools.count(1).__next__
