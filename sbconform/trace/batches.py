@@ -83,23 +83,23 @@ def rows_of(batch) -> list[tuple]:
     return list(zip(*cols))
 
 
-def by_piece(batch) -> tuple[Any, list[tuple[int, int]], int]:
-    """The batch with the rows of each piece together (a stable sort by piece key, pieces in
-    the order they first appear: each piece's own rows keep their order, and pieces are
-    independent); its runs of rows of one piece as (start, end) index pairs, a run also
-    starting at the first row of each entity in the batch (where ``check_batches`` looks the
-    entity up: a queue and its dead-letter subqueue are one piece but two entities); and
-    the index, in the sorted batch, of the batch's last row."""
+def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:
+    """The order that puts the rows of each piece together (a stable sort by piece key, pieces
+    in the order they first appear: each piece's own rows keep their order, and pieces are
+    independent; None when they are together already); the runs, in that order, of rows of
+    one piece as (start, end) index pairs, a run also starting at the first row of each
+    entity in the batch (where ``check_batches`` looks the entity up: a queue and its
+    dead-letter subqueue are one piece but two entities); and the index, in that order, of
+    the batch's last row. The rows are reordered once decoded (cheaper than ``take``)."""
     import numpy as np
-    import pyarrow as pa
 
     n = batch.num_rows
     names = batch.schema.names
     if "entity" not in names or n == 0:
-        return batch, [(0, n)] if n else [], n - 1
+        return None, [(0, n)] if n else [], n - 1
     values, indices = _dictionary(batch.column(names.index("entity")))
     used, first = np.unique(indices, return_index=True)
-    last = n - 1
+    last, rows_order = n - 1, None
     if len(used) > 1:
         # piece ids numbered by first appearance in the batch
         pieces: dict[str, int] = {}
@@ -110,14 +110,14 @@ def by_piece(batch) -> tuple[Any, list[tuple[int, int]], int]:
         if len(pieces) > 1 and bool((ids[1:] < ids[:-1]).any()):
             order = np.argsort(ids, kind="stable")
             last = int(np.flatnonzero(order == n - 1)[0])
-            batch = batch.take(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(order.astype(np.int64))]))
+            rows_order = order.tolist()
             indices, ids = indices[order], ids[order]
             _, first = np.unique(indices, return_index=True)
         cuts = np.union1d(np.flatnonzero(ids[1:] != ids[:-1]) + 1, first)
     else:
         cuts = first
     cuts = cuts[cuts > 0].tolist()
-    return batch, list(zip([0] + cuts, cuts + [n])), last
+    return rows_order, list(zip([0] + cuts, cuts + [n])), last
 
 
 def creates(batch) -> bool:

@@ -76,8 +76,10 @@ def _check_batches(batches: Iterable, search_bound: int,
     checker: PieceChecker | None = None
     forwarded: dict[str, str] = {}  # piece key of an auto-forwarding destination -> the source
     for batch in batches:
-        batch, runs, last = by_piece(batch)
+        order, runs, last = by_piece(batch)
         rows = rows_of(batch)
+        if order is not None:
+            rows = list(map(rows.__getitem__, order))
         if creates(batch):
             for row in rows:
                 if row[OP] == "create-entity" and row[PHASE] == "invoke":
