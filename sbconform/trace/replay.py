@@ -20,7 +20,6 @@ unknown, or input the checker cannot read).
 
 from __future__ import annotations
 
-import gc
 import json
 import time
 from pathlib import Path
@@ -58,19 +57,6 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
     Each batch is grouped by piece (``by_piece``) and decoded column-wise, then fed to the
     checkers one run of rows of an entity at a time (``PieceChecker.feed_rows``): one
     lookup per run, not per row."""
-    # The rows of a batch and the checker's per-operation objects are many, and most live
-    # briefly: the cyclic GC's youngest generation, collected every 700 allocations by
-    # default, would walk each of them. Collected every 100,000 here (memory stays bounded).
-    thresholds = gc.get_threshold()
-    gc.set_threshold(max(thresholds[0], 100_000), *thresholds[1:])
-    try:
-        return _check_batches(batches, search_bound, progress)
-    finally:
-        gc.set_threshold(*thresholds)
-
-
-def _check_batches(batches: Iterable, search_bound: int,
-                   progress: Callable[[int, str | None, int, int], None] | None) -> list[dict[str, Any]]:
     checkers: dict[str, PieceChecker] = {}
     by_entity: dict[str | None, PieceChecker] = {}
     checker: PieceChecker | None = None
