@@ -7,8 +7,6 @@ import pandas (most of a second) on first use."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from .checker import piece_key
 from .schema import FIELD_NAMES
 
