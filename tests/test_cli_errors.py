@@ -458,3 +458,30 @@ def test_a_damaged_parquet_trace_read_by_spark_names_the_file_and_the_cause(tmp_
     capsys.readouterr()
     line = one_error(capsys, ["replay", "--reader", "spark", str(trace), "--out", str(tmp_path / "o")])
     assert str(trace) in line and "no verdict" in line and "Py4JJavaError" not in line and "o1" not in line, line
+
+
+def test_a_damaged_page_that_still_decodes_is_refused_by_spark_as_by_local(tmp_path, spark, capsys, monkeypatch) -> None:
+    """One byte changed inside a plain, uncompressed page decodes without error (a message id
+    read wrong): only the page checksum tells. Replay --local verified it; Spark's own reader
+    did not, and graded the damaged trace as the broker's behaviour."""
+    import json as _json
+
+    from sbconform.trace import io
+
+    jsonl = tmp_path / "t.jsonl"
+    assert main(["generate", "--events", "2000", "--entities", "1", "--out", str(jsonl)]) == 0
+    events = [e for e in map(_json.loads, jsonl.read_text().splitlines()) if "op" in e]  # not the header line
+    monkeypatch.setattr(io, "PARQUET_OPTIONS", {"compression": "none", "use_dictionary": False, "write_page_checksum": True})
+    trace = tmp_path / "t.parquet"
+    with io.ParquetWriter(trace, events[0]["trace"]) as writer:
+        writer.write_all(events)
+    data = bytearray(trace.read_bytes())
+    ids = sorted({e["message_id"] for e in events if e.get("message_id")})
+    mid = ids[len(ids) // 2].encode()  # neither the column's min nor its max (those are in page headers, unchecked)
+    at = data.index(mid)
+    data[at + len(mid) - 1] ^= 0x01  # the id's last character, one bit
+    trace.write_bytes(bytes(data))
+    capsys.readouterr()
+    for argv in (["replay", "--local", str(trace)], ["replay", "--reader", "spark", str(trace), "--out", str(tmp_path / "o")]):
+        line = one_error(capsys, argv)
+        assert str(trace) in line and ("corrupt" in line or "cannot be read" in line) and "VIOLATION" not in line, (argv, line)

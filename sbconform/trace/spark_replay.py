@@ -70,6 +70,13 @@ def _set_aside(batch, bad: dict[str, list]):
     return batch.drop_columns([c for c in extra if c in names])
 
 
+def _parquet_events(spark, files: list[str]):
+    """The events of Parquet trace files, read by Spark with page checksums verified (our writers
+    write them; a damaged page that still decodes is an error, as in the local reader, never a
+    verdict on the broker). Given as a read option: a user's session is not reconfigured."""
+    return spark.read.schema(TRACE_DDL).option("parquet.page.verify-checksum.enabled", "true").parquet(*files)
+
+
 def _json_events(spark, files: list[str]):
     """The events of JSON Lines files, the header lines left out, and ``BAD`` set on every
     line that is not a trace event."""
@@ -209,12 +216,12 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 split = str(max(128 * 1024 * 1024, int(where["max_file_bytes"]) + 1))
                 spark.conf.set("spark.sql.files.maxPartitionBytes", split)
                 spark.conf.set("spark.sql.files.openCostInBytes", split)  # one file per task, never split
-                df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+                df = _parquet_events(spark, where["files"])
             else:
                 if where["format"] == "json":
                     df = _json_events(spark, where["files"])
                 else:
-                    df = spark.read.schema(TRACE_DDL).parquet(*where["files"])
+                    df = _parquet_events(spark, where["files"])
                 piece = F.col("entity")
                 for pattern in ENTITY_KEY_PATTERNS:  # sbreference.paths.entity_key, in Spark SQL
                     piece = F.regexp_replace(piece, pattern, "")
