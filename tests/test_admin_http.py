@@ -538,3 +538,41 @@ def test_forward_dead_lettered_messages_to_is_set_read_and_applied(admin, amqp) 
     admin.delete_queue("fwd-dlq-src")
     admin.delete_topic("fwd-dlq-topic")
     admin.delete_queue("fwd-dlq-sink")
+
+
+def test_a_client_gone_before_its_refusal_is_written_costs_no_traceback(capsys) -> None:
+    """CI's output showed a traceback from the admin port: a request refused 401 whose client had
+    already gone, so writing the refusal raised BrokenPipeError inside the except block that
+    answered it, and socketserver printed both to stderr. A client going away is one quiet line."""
+    import io
+    import sys as _sys
+    from types import SimpleNamespace
+
+    from sbconform.server.admin_http import _BoundedServer, _Handler
+    from sbconform.server.atom import HttpError
+
+    class Refusing:
+        def handle(self, *args):
+            raise HttpError(401, "Unauthorized: the token is not a shared access signature")
+
+    class Gone(io.RawIOBase):
+        def write(self, data):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    handler = _Handler.__new__(_Handler)
+    handler.server = SimpleNamespace(admin=Refusing())
+    handler.headers, handler.rfile, handler.wfile = {"Content-Length": "0"}, io.BytesIO(), Gone()
+    handler.request_version, handler.requestline, handler.command = "HTTP/1.1", "GET /q HTTP/1.1", "GET"
+    handler.path, handler.client_address, handler.close_connection = "/q", ("127.0.0.1", 1), False
+    handler._handle("GET")  # raised BrokenPipeError before
+    assert handler.close_connection
+    server = _BoundedServer(("127.0.0.1", 0))
+    try:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            server.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.server_close()
+    assert "Traceback" not in capsys.readouterr().err
+    assert _sys.exc_info() == (None, None, None)

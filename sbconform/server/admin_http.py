@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -38,15 +39,7 @@ from sbreference import ErrorCode, Rule, ServiceBusError, paths
 from sbreference.rules import RuleSet
 
 from ..amqp.codec import status_of
-from .atom import (
-    HttpError,
-    empty_feed,
-    entry_xml,
-    error_xml,
-    feed_xml,
-    namespace_xml,
-    parse_description,
-)
+from .atom import HttpError, empty_feed, entry_xml, error_xml, feed_xml, namespace_xml, parse_description
 from .atom_rules import parse_default_rule, parse_rule, rule_entry_xml, rule_feed_xml
 from ..amqp.sas import TokenError, check_token
 
@@ -230,6 +223,9 @@ class AdminApi:
 
 
 # ------------------------------------------------------------------- HTTP
+ATOM, XML = "application/atom+xml;type=entry;charset=utf-8", "application/xml;charset=utf-8"
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "sbconform"
     protocol_version = "HTTP/1.1"
@@ -254,7 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._handle("POST")
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/atom+xml;type=entry;charset=utf-8") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = ATOM) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -262,24 +258,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _handle(self, method: str) -> None:
+        try:
+            self._send(*self._answer(method))
+        except OSError:  # the client went away, before or while it was answered (its 401 unread, say)
+            self.close_connection = True
+
+    def _answer(self, method: str) -> tuple[int, bytes, str]:
         admin: AdminHttp = self.server.admin  # type: ignore[attr-defined]
         try:
             length = int(self.headers.get("Content-Length") or 0)
             if length < 0 or length > MAX_BODY:
                 self.close_connection = True
                 raise HttpError(413, f"the request body of {length} bytes is larger than {MAX_BODY}")
-            body = self.rfile.read(length) if length else b""
-            status, out = admin.handle(method, self.path, self.headers, body)
-            self._send(status, out)
+            return (*admin.handle(method, self.path, self.headers, self.rfile.read(length) if length else b""), ATOM)
         except HttpError as error:
-            self._send(error.status, error_xml(error.status, error.detail), "application/xml;charset=utf-8")
+            return error.status, error_xml(error.status, error.detail), XML
         except ValueError as error:
-            self._send(400, error_xml(400, str(error)), "application/xml;charset=utf-8")
+            return 400, error_xml(400, str(error)), XML
         except OSError:
-            self.close_connection = True  # the client went away
+            raise
         except Exception as error:  # never a traceback for one bad request: a 500 and one line
             log.error("http %s %s failed: %s: %s", method, self.path[:200], type(error).__name__, error)
-            self._send(500, error_xml(500, "the broker failed to handle the request"), "application/xml;charset=utf-8")
+            return 500, error_xml(500, "the broker failed to handle the request"), XML
 
 
 class _BoundedServer(ThreadingHTTPServer):
@@ -293,6 +293,9 @@ class _BoundedServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int]) -> None:
         super().__init__(address, _Handler)
         self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # one line, never a traceback
+        log.warning("http: the connection from %s failed: %r", client_address, sys.exc_info()[1])
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
