@@ -230,13 +230,13 @@ def test_a_run_whose_every_test_process_timed_out_is_never_certified(tmp_path: P
 
     _stuck_before_any_test(tmp_path, monkeypatch)
     started = time.monotonic()
-    code = certify("reference", tmp_path / "r", clauses=clauses, jobs=1, shard_timeout=3)
+    code = certify("reference", tmp_path / "r", clauses=clauses, jobs=1, shard_timeout=1)
     assert time.monotonic() - started < 60
     assert code == 2, code  # nothing ran: the run could not be made, and no MUST clause failed
     summary = json.loads((tmp_path / "r" / "report.json").read_text())["summary"]
     assert summary["certified"] is False and summary["passed"] is False
     assert "CERTIFIED" not in summary["verdict"].replace("not certified", "") and "PASSED" not in summary["verdict"]
-    assert "--shard-timeout 3 s" in summary["incomplete"]
+    assert "--shard-timeout 1 s" in summary["incomplete"]
     assert summary["scope"] == ("selection" if clauses else "catalog")
     err = capsys.readouterr().err
     assert "--shard-timeout" in err and "Traceback" not in err
@@ -250,11 +250,11 @@ def test_tests_a_stopped_process_never_started_keep_their_clauses_and_are_not_ru
     from sbconform.certify import certify
 
     _stuck_before_any_test(tmp_path, monkeypatch)
-    code = certify("reference", tmp_path / "r", clauses=["SETTLE-DEFR-*"], jobs=jobs, shard_timeout=3)
+    code = certify("reference", tmp_path / "r", clauses=["SETTLE-DEFR-*"], jobs=jobs, shard_timeout=1)
     assert code == 2, code
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     defr = {cid: c for cid, c in report["clauses"].items() if cid.startswith("SETTLE-DEFR-")}
-    assert defr and all(c["status"] == "skip" and "not run" in c["reason"] and "--shard-timeout 3 s" in c["reason"]
+    assert defr and all(c["status"] == "skip" and "not run" in c["reason"] and "--shard-timeout 1 s" in c["reason"]
                         for c in defr.values()), {cid: (c["status"], c["reason"]) for cid, c in defr.items()}
     assert report["summary"]["uncovered"] == 0 and "INCOMPLETE" in report["summary"]["verdict"]
     err = capsys.readouterr().err
