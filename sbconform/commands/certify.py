@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the number of cores")
     p.add_argument("--shard-timeout", type=seconds(), default=None, metavar="SECONDS",
                    help="stop a test process still running after this long; "
-                        "its unfinished tests are reported as failed (timed out)")
+                        "the test it had begun fails (timed out), those it never reached are not run")
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML, one test case per clause")
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("pytest_args", nargs="*", metavar="TEST-ARGS", help="advanced: test selection arguments passed to the test runner, after --")
