@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Literal, TypedDict
+from typing import Any, Iterable, Iterator, Literal, TypedDict
 
 Outcome = Literal["pass", "fail", "skip", "xfail", "xpass"]
 
@@ -61,18 +61,24 @@ def default_meta(nodeid: str) -> TestMeta:
     return TestMeta(title=nodeid, clauses=[], needs=[], kind="test", uses_target=True)
 
 
-def read_partial(path: Path) -> tuple[dict[str, TestMeta], list[TestResult]]:
-    """The collected tests and the results so far of a ``.partial`` file (a line cut by a
-    killed writer is ignored)."""
-    metas: dict[str, TestMeta] = {}
-    tests: list[TestResult] = []
+def _records(path: Path) -> Iterator[dict]:
+    """The records of a ``.partial`` file (JSON Lines; a line cut by a killed writer is ignored)."""
     if not path.exists():
-        return metas, tests
+        return
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(line)
         except ValueError:
             continue
+        if isinstance(record, dict):
+            yield record
+
+
+def read_partial(path: Path) -> tuple[dict[str, TestMeta], list[TestResult]]:
+    """The collected tests and the results so far of a ``.partial`` file."""
+    metas: dict[str, TestMeta] = {}
+    tests: list[TestResult] = []
+    for record in _records(path):
         if "collected" in record:
             nodeid = record.pop("collected")
             metas[nodeid] = record
@@ -82,17 +88,8 @@ def read_partial(path: Path) -> tuple[dict[str, TestMeta], list[TestResult]]:
 
 
 def read_started(path: Path) -> set[str]:
-    """The tests a ``.partial`` file says were started (a killed writer's cut line is ignored)."""
-    started: set[str] = set()
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "started" in record:
-                started.add(record["started"])
-    return started
+    """The tests a ``.partial`` file says were started."""
+    return {record["started"] for record in _records(path) if "started" in record}
 
 
 def empty_run(tests: Iterable[TestResult] = (), target: dict[str, Any] | None = None) -> RunResults:
