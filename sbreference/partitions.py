@@ -195,7 +195,7 @@ class PartitionedStore:
             if index not in allowed:
                 raise ValueError(f"choose() picked partition {index}, not among the allowed {allowed}")
             out.extend(self.partitions[index].receive(now, holder, 1, mode))
-            self.turn = (index + 1) % len(self.partitions)
+            self.turn = self.next_turn[index]
         return out
 
     # -- settlement

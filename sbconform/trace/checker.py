@@ -461,7 +461,7 @@ def _is_dead_letter(path: str | None) -> bool:
     return (path or "").lower().endswith(DLQ_SUFFIX)
 
 
-HANDLERS = _HANDLERS = {
+_HANDLERS = {
     "create-entity": PieceModel._create,
     "delete-entity": PieceModel._delete,
     "send": PieceModel._send,

@@ -23,7 +23,6 @@ from .checker import (
     CHECKPOINT_EVERY,
     CLAUSES,
     DEFAULT_SEARCH_BOUND,
-    HANDLERS,
     MAX_CANDIDATES,
     OP_ID,
     PHASE,
@@ -218,14 +217,9 @@ class PieceChecker:
         cands = self.cands
         if len(cands) == 1:
             c = cands[0]
-            inv, comps = op.inv, op.comps
-            handler = HANDLERS.get(inv[OP])
-            if handler is not None and comps[0][PHASE] != "fail":
-                handler(c.state, inv, comps, True)  # PieceModel.apply, one call shorter
-            else:
-                c.state.apply(inv, comps)
+            c.state.apply(op.inv, op.comps)
             log = c.log
-            log.append((inv, comps))
+            log.append((op.inv, op.comps))
             if len(log) >= CHECKPOINT_EVERY and c.win_start == 0:
                 c.checkpoint()
             return
