@@ -205,6 +205,8 @@ class Deliveries:
                 return self._drop(link, dlv)
         elif role not in ("node", "entity"):
             return self._drop(link, dlv)
+        if dlv.aborted:  # AMQP 1.0 part 2, 2.7.5: discarded by the recipient, implicitly settled
+            return self._drop(link, dlv)
         limit = self.limits.max_delivery_size
         if dlv.pending > limit:  # across continuation frames: the connection goes, with its input
             self._shut(state, "amqp:link:message-size-exceeded",
@@ -222,8 +224,8 @@ class Deliveries:
 
     @staticmethod
     def _drop(link: Link, dlv: Delivery) -> bool:
-        """Read and forget a transfer arriving on a link we detached."""
-        if dlv.pending > 0:
+        """Read and forget a transfer arriving on a link we detached (or one its sender aborted)."""
+        if dlv.pending > 0 and not dlv.aborted:  # (an aborted delivery is not read: recv fails on it)
             link.recv(dlv.pending)
         if not dlv.partial:
             link.advance()  # transfers on a link arrive one after the other: this is the current one
