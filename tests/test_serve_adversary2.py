@@ -83,3 +83,32 @@ def test_an_aborted_delivery_is_discarded_and_the_connection_goes_on(srv: InProc
     assert srv.active("open") == 1, "the aborted delivery was stored, or the next one was not"
     _, got = receive_all(srv.port, "open")
     assert [m.id for m in got] == ["after"]
+
+
+# ------------------------------------------------------------ header fields
+@pytest.mark.parametrize("ttl", [100_000.5, -100_000, ulong(2**64 - 1), "60000"], ids=["double", "negative-long", "ulong", "string"])
+def test_a_header_ttl_that_is_not_a_uint_is_refused_at_the_door(srv: InProcess, ttl) -> None:
+    """AMQP 1.0 part 3, 3.2.1: the header's ttl is ``milliseconds`` (a uint). A double was
+    stored (plain: no trial encoding) and every receiver of the queue was then closed with
+    amqp:internal-error when the server wrote it ('float' has no to_bytes): the queue was
+    poisoned for good."""
+    c = authorized_sender(srv.port, "open")
+    message = (encode_value(Described(ulong(0x70), [False, None, ttl]))
+               + encode_value(Described(ulong(0x73), ["bad-ttl"])) + encode_value(Described(ulong(0x75), b"x")))
+    c.send(c.transfer(5, message))
+    assert outcome(c, 1) == (REJECTED, "com.microsoft:argument-error")
+    assert srv.held("open") == 0, "a message with a ttl of the wrong type was stored"
+    served(srv.port)
+    r, got = receive_all(srv.port, "open")
+    assert not r.closed and not r.frames.of(CLOSE) and not r.frames.of(DETACH), "the receiver was closed"
+    assert [m.body for m in got] == [b"alive"]  # the message 'served' sent
+
+
+def test_a_uint_ttl_still_goes_through_and_comes_back(srv: InProcess) -> None:
+    c = authorized_sender(srv.port, "open")
+    message = (encode_value(Described(ulong(0x70), [True, None, uint(60_000)]))
+               + encode_value(Described(ulong(0x73), ["good-ttl"])) + encode_value(Described(ulong(0x75), b"x")))
+    c.send(c.transfer(5, message))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    _, (m,) = receive_all(srv.port, "open")
+    assert m.id == "good-ttl" and m.durable and m.ttl == 60.0

@@ -203,6 +203,8 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
                 if priority[0] not in (0x40, 0x50):
                     raise WireError("header: priority is not a ubyte")
             if len(raw) > 2:
+                if raw[2][0] not in (0x40, 0x43, 0x52, 0x70):  # 3.2.1: ttl is milliseconds, a uint
+                    raise WireError("header: ttl is not a uint")
                 ttl = read(raw[2], 0)[0] or None
         elif code == DELIVERY_ANNOTATIONS:
             delivery_annotations = bytes(data[start:end])
