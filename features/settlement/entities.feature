@@ -79,6 +79,15 @@ Feature: Topics, sequence numbers and entity descriptions
     And peeking "dst" shows "m1"
     And peeking "late" shows nothing
 
+  @SETTLE-FWD-001 @needs:entity-management @needs:auto-forward @needs:sessions
+  Scenario: A queue that requires sessions cannot auto-forward
+    Given a queue "dst" with sessions
+    And a queue "sq" with sessions
+    When "sq" is updated to forward to "dst"
+    Then the operation is refused
+    And message "m1" with session "a" is sent to "sq"
+    And peeking "sq" shows "m1"
+
   @SETTLE-ENT-002 @needs:entity-management @needs:topics
   Scenario: Entity paths and subscription names stay within their lengths
     Given a topic "t" with subscriptions "s1"
