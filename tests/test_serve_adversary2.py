@@ -112,3 +112,84 @@ def test_a_uint_ttl_still_goes_through_and_comes_back(srv: InProcess) -> None:
     assert outcome(c, 1) == (ACCEPTED, None)
     _, (m,) = receive_all(srv.port, "open")
     assert m.id == "good-ttl" and m.durable and m.ttl == 60.0
+
+
+# ------------------------------------------------------------ $management requests
+def management(c: RawClient, path: str, operation: str, body, handle: int) -> Message | None:
+    """One request to ``path``'s $management node on links ``handle`` and ``handle + 1``; the reply."""
+    c.send(attach(f"mgmt-{handle}", handle, f"{path}/$management", True),
+           attach(f"mgmt-reply-{handle}", handle + 1, f"{path}/$management", False), flow(handle + 1, 10))
+    c.read(3, until=lambda f: sum(str(p[2].value[0]).startswith(f"mgmt-reply-{handle}") for p in f.of(ATTACH)) >= 1)
+    before = len(c.frames.of(TRANSFER))
+    request = Message(id=f"req-{handle}", reply_to=f"{path}/$management", properties={"operation": operation}, body=body)
+    c.send(c.transfer(handle, request.encode()))
+    c.read(3, until=lambda f: len(f.of(TRANSFER)) > before)
+    if len(c.frames.of(TRANSFER)) <= before:
+        return None
+    reply = Message()
+    reply.decode(c.frames.of(TRANSFER)[-1][3])
+    return reply
+
+
+def deferred_message(srv: InProcess, path: str) -> int:
+    """A message deferred in ``path`` (through the model on the loop thread); its sequence number."""
+    from sbreference import PEEK_LOCK
+    from sbreference import Message as ModelMessage
+
+    def defer() -> int:
+        ns = srv.server.namespace
+        conn = ns.connect()
+        ns.send(conn, path, [ModelMessage(body=b"deferred", message_id="deferred")])
+        (d,) = ns.receive(conn, path, 1, PEEK_LOCK)
+        ns.defer(conn, path, d.lock_token)
+        return d.sequence_number
+
+    return srv.on_loop(defer)
+
+
+BAD_REQUESTS = {
+    # a number out of every integer's range: int() raised OverflowError, which closed the connection (amqp:internal-error)
+    "peek-from-infinity": ("com.microsoft:peek-message", {"from-sequence-number": float("inf"), "message-count": 1}),
+    "receive-infinity": ("com.microsoft:receive-by-sequence-number", {"sequence-numbers": [float("inf")], "receiver-settle-mode": uint(1)}),
+    "enumerate-rules-infinity": ("com.microsoft:enumerate-rules", {"top": float("inf"), "skip": 0}),
+    # a body that is not a map: read as an empty map, the defaults answered (204)
+    "peek-list-body": ("com.microsoft:peek-message", ["from-sequence-number", 1]),
+    "peek-no-body": ("com.microsoft:peek-message", None),
+    # a required array given as null: scheduled nothing, 200
+    "schedule-null-messages": ("com.microsoft:schedule-message", {"messages": None}),
+    # an unknown disposition-status: 200 when no lock token came with it
+    "unknown-disposition": ("com.microsoft:update-disposition", {"disposition-status": "bogus", "lock-tokens": []}),
+}
+
+
+@pytest.mark.parametrize("operation, body", list(BAD_REQUESTS.values()), ids=list(BAD_REQUESTS))
+def test_a_wrongly_shaped_management_request_is_a_bad_request(srv: InProcess, operation: str, body) -> None:
+    """[rr]: each request's body is an AMQP value holding a map, with the entries each
+    operation lists; a request without them is answered 400 (com.microsoft:argument-error), the
+    connection goes on."""
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    reply = management(c, "open", operation, body, 10)
+    assert reply is not None, f"no answer; closed with {[condition_of(p[2]) for p in c.frames.of(CLOSE)]}"
+    assert reply.properties["statusCode"] == 400, reply.properties
+    assert str(reply.properties["errorCondition"]) == "com.microsoft:argument-error"
+    assert management(c, "open", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 1}, 20) is not None
+    assert not c.frames.of(CLOSE)
+
+
+def test_an_unknown_receiver_settle_mode_does_not_delete_a_deferred_message(srv: InProcess) -> None:
+    """receive-by-sequence-number's receiver-settle-mode is AMQP's: 1 (second) peek-lock, 0
+    (first) receive-and-delete ([rr]; [py] ServiceBusToAMQPReceiveModeMap). Any other value was
+    taken as receive-and-delete: the deferred message was handed over and deleted."""
+    number = deferred_message(srv, "open")
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    reply = management(c, "open", "com.microsoft:receive-by-sequence-number",
+                       {"sequence-numbers": [number], "receiver-settle-mode": uint(7)}, 10)
+    assert reply is not None and reply.properties["statusCode"] == 400, None if reply is None else reply.properties
+    assert srv.on_loop(lambda: srv.server.namespace.runtime_info("open")["deferred"]) == 1, "the deferred message was deleted"
+    reply = management(c, "open", "com.microsoft:receive-by-sequence-number",
+                       {"sequence-numbers": [number], "receiver-settle-mode": uint(1)}, 20)
+    assert reply.properties["statusCode"] == 200 and len(reply.body["messages"]) == 1

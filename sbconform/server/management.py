@@ -102,6 +102,8 @@ def peek_message(q: Request) -> Answer:
 def schedule_message(q: Request) -> Answer:
     by_time: dict[int, list[ModelMessage]] = defaultdict(list)
     order = []
+    if q.body["messages"] is None:  # a required list of maps ([rr] schedule-message)
+        raise ValueError("messages is null")
     for entry in v.values(q.body["messages"]):
         m = codec.decode(bytes(entry["message"]), q.clock.epoch_ms)
         when = m.scheduled_enqueue_time if m.scheduled_enqueue_time is not None else q.clock.now
@@ -118,8 +120,15 @@ def cancel_scheduled_message(q: Request) -> Answer:
     return 200, {}, NOTHING
 
 
+#: receive-by-sequence-number's receiver-settle-mode: AMQP's rcv-settle-mode, second (1) for a
+#: peek-lock receiver, first (0) for receive-and-delete ([py] ServiceBusToAMQPReceiveModeMap)
+SETTLE_MODES = {1: PEEK_LOCK, 0: RECEIVE_AND_DELETE}
+
+
 def receive_by_sequence_number(q: Request) -> Answer:
-    mode = PEEK_LOCK if int(q.body.get("receiver-settle-mode", 1)) == 1 else RECEIVE_AND_DELETE
+    mode = SETTLE_MODES.get(int(q.body.get("receiver-settle-mode", 1)))
+    if mode is None:
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"receiver-settle-mode {q.body['receiver-settle-mode']!r} is neither 0 nor 1")
     found = q.ns.receive_deferred(q.conn, q.path, [int(n) for n in v.values(q.body["sequence-numbers"])], mode, q.sid)
     out = []
     for d in found:
@@ -138,10 +147,9 @@ def _disposition(q: Request) -> str:
 
 
 def update_disposition(q: Request) -> Answer:
-    str(q.body["disposition-status"])
+    kind = _disposition(q)
     tokens = q.tokens()
     if tokens:
-        kind = _disposition(q)
         reason, description = v.opt_str(q.body.get("deadletter-reason")), v.opt_str(q.body.get("deadletter-description"))
         props = _properties_to_modify(q.body.get("properties-to-modify"), kind)
         for token in tokens:

@@ -80,10 +80,11 @@ class Nodes:
             return
         props = request.properties or {}
         operation = str(props.get("operation", ""))
-        body = request.body if isinstance(request.body, dict) else {}
-        body = {str(k): val for k, val in body.items()}
+        body = {str(k): val for k, val in request.body.items()} if isinstance(request.body, dict) else None
         path = address[: -len("/$management")] if address.endswith("/$management") else address
         try:
+            if body is None:  # [rr]: every request's body is an amqp-value holding a map
+                raise ValueError("the request's body is not a map")
             if address == "$sbconform":
                 check_token(str(props.get("authorization", "")), "sb://sbconform/$sbconform", self.keys)
                 result, changes = control.dispatch(self.namespace, self.clock, operation, body)
@@ -106,7 +107,7 @@ class Nodes:
         except TokenError as error:
             result = None
             reply = {"statusCode": 401, "statusDescription": str(error), "errorCondition": v.A("amqp:unauthorized-access")}
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, OverflowError) as error:  # (OverflowError: int() of an infinite double)
             result = None
             reply = {"statusCode": 400, "statusDescription": f"bad request: {error}", "errorCondition": v.A("com.microsoft:argument-error")}
         self._reply(state, address, request, reply, result)
