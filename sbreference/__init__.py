@@ -12,6 +12,7 @@ Modules, one concept (one state machine) each:
 - ``store``: the settlement state machine (receive, lock, settle, release, time), with its
   parts ``lanes`` (FIFOs), ``sessions`` (session locks and state), ``deferral`` and
   ``deadletter`` (dead-lettering and expiry); ``operations``: receive modes, settlements by name;
+  ``forwarding``: what auto-forwarding means for receivers;
 - ``partitioning``: partitioned entities (the sending side); ``partitions``: numbering,
   keys and ``PartitionedStore``;
 - ``rules``: subscription rules; ``sqlparse`` reads and ``sqlfilter`` evaluates the SQL language;

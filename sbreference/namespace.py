@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 from .clock import Clock, VirtualClock
 from .entity import MAX_TRANSFER_HOPS, Entity
 from .errors import ErrorCode, ServiceBusError
+from .forwarding import forwarded_to, refuse_receiver
 from .message import Delivery, Message
 from .partitioning import PREMIUM_PARTITION_COUNTS, Chooser, partition_key
 from .paths import parse
@@ -421,11 +422,12 @@ class Namespace(Provisioning):
             route = self._route(path)
             if self.faults:
                 self._check_fault(route[0])  # a faulted entity is never cached
-            elif self._statuses(*route) == (ACTIVE, ACTIVE):
-                self._routes[path] = route  # nor one that is not Active (its operations are checked)
+            elif self._statuses(*route) == (ACTIVE, ACTIVE):  # nor one that is not Active (its operations are checked)
                 if route[1] is None:  # the queue or topic itself
                     self._senders[path] = route[0]
-                    if route[0].kind == "queue":
+                if forwarded_to(*route) is None:  # nor, for receivers, one that forwards (SETTLE-FWD-003)
+                    self._routes[path] = route
+                    if route[1] is None and route[0].kind == "queue":
                         self._queues[path] = route[0]
         return route
 
@@ -451,6 +453,7 @@ class Namespace(Provisioning):
             refuse_receive("subscription", path, subscription_status, topic_status=entity_status)
         else:
             refuse_receive(entity.kind, path, entity_status)
+        refuse_receiver(path, forwarded_to(entity, own))  # SETTLE-FWD-003
         return store
 
     def _route(self, path: str) -> tuple[Entity, MessageStore | None]:

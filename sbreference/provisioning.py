@@ -114,8 +114,10 @@ class Provisioning:
         if entity.partitioned:
             entity.require_all_available("update")
         owner.description = new
-        if new.status != current.status:
-            self._forget_routes()  # a path cached while all was Active is checked again (SETTLE-STATUS-*)
+        if (new.status, new.forward_to, new.forward_dead_lettered_messages_to) != (
+            current.status, current.forward_to, current.forward_dead_lettered_messages_to
+        ):
+            self._forget_routes()  # a cached path is checked again (SETTLE-STATUS-*, SETTLE-FWD-003)
         if owner is entity:
             entity.max_bytes = new.max_size_in_megabytes * MB
             if entity.duplicates is not None:

@@ -41,3 +41,41 @@ def test_a_session_enabled_queue_or_subscription_cannot_auto_forward() -> None:
     ns.create_subscription("t", "plain", forward_to="dst")  # not session-enabled: allowed
     ns.create_queue("dlq-sink")
     ns.create_queue("dead", requires_session=True, forward_dead_lettered_messages_to="dlq-sink")
+
+
+@pytest.mark.clauses("SETTLE-FWD-001", "SETTLE-FWD-002")
+def test_a_forwarding_queue_or_subscription_refuses_receivers() -> None:
+    """Audit row OP-050: with ForwardTo set, a user cannot receive from the queue or subscription;
+    with ForwardDeadLetteredMessagesTo set, not from its dead-letter subqueue. The other subqueue
+    stays receivable (a forward the destination refused is dead-lettered there, to be received)."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("dst", lock_duration=5 * SECOND)
+    ns.create_queue("src", forward_to="dst")
+    conn = ns.connect()
+    ns.send(conn, "src", Message(b"x", message_id="m"))
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "src")
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "src", mode="receive-and-delete")
+    fails(ErrorCode.INVALID_OPERATION, ns.receive_deferred, conn, "src", [1])
+    assert ns.receive(conn, "src/$DeadLetterQueue") == []  # its dead-letter subqueue is not forwarded
+    [got] = ns.receive(conn, "dst")
+    assert got.message_id == "m"
+    # Set by an update: refused from then on (a receive before it was allowed).
+    ns.create_queue("late")
+    assert ns.receive(conn, "late") == []
+    ns.update("late", forward_to="dst")
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "late")
+    ns.update("late", forward_to=None)
+    assert ns.receive(conn, "late") == []
+    # A subscription forwarding to a queue.
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", forward_to="dst")
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "t/Subscriptions/s")
+    # Dead-letter forwarding: the dead-letter subqueue refuses receivers, the queue does not.
+    ns.create_queue("dlq", lock_duration=5 * SECOND, forward_dead_lettered_messages_to="dst")
+    ns.send(conn, "dlq", Message(b"y", message_id="d"))
+    [mine] = ns.receive(conn, "dlq")
+    ns.dead_letter(conn, "dlq", mine.lock_token, "Bad", "bad")
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "dlq/$DeadLetterQueue")
+    ns.create_subscription("t", "d", forward_dead_lettered_messages_to="dst")
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "t/Subscriptions/d/$DeadLetterQueue")
+    assert [d.message_id for d in ns.receive(conn, "dst")] == ["d"]

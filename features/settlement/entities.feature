@@ -77,7 +77,7 @@ Feature: Topics, sequence numbers and entity descriptions
     And "late" is updated to forward to "dst"
     And message "m1" is sent to "late"
     And peeking "dst" shows "m1"
-    And peeking "late" shows nothing
+    And peeking "late" shows nothing, or is refused
 
   @SETTLE-FWD-001 @needs:entity-management @needs:auto-forward @needs:sessions
   Scenario: A queue that requires sessions cannot auto-forward
@@ -87,6 +87,19 @@ Feature: Topics, sequence numbers and entity descriptions
     Then the operation is refused
     And message "m1" with session "a" is sent to "sq"
     And peeking "sq" shows "m1"
+
+  @SETTLE-FWD-003 @needs:entity-management @needs:auto-forward
+  Scenario: A queue that auto-forwards refuses receivers; its dead-letter subqueue does not
+    Given a queue "dst"
+    And a queue "src"
+    When "src" is updated to forward to "dst"
+    And message "m1" is sent to "src"
+    And receiver "A" on "src" receives 1 message
+    Then the operation is refused
+    And receiver "B" on "src/$DeadLetterQueue" receives 1 message
+    And receiver "B" got no message
+    And receiver "C" on "dst" receives 1 message
+    And receiver "C" got "m1"
 
   @SETTLE-ENT-002 @needs:entity-management @needs:topics
   Scenario: Entity paths and subscription names stay within their lengths
