@@ -10,7 +10,8 @@ Mixed into ``store.MessageStore``; it uses the store's messages, locks, lanes an
 from __future__ import annotations
 
 from .errors import ErrorCode, ServiceBusError
-from .message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, TTL_EXPIRED, State, StoredMessage
+from .message import (DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, TTL_EXPIRED, State, StoredMessage,
+                      with_dead_letter_source)
 
 
 class DeadLettering:
@@ -75,8 +76,9 @@ class DeadLettering:
             props[DEAD_LETTER_REASON] = reason
         if description is not None:
             props[DEAD_LETTER_ERROR_DESCRIPTION] = description
+        forwarded = with_dead_letter_source(msg.message.with_changes(application_properties=props), self.path)
         try:
-            self.router(self.forward_dead_letters_to, msg.message.with_changes(application_properties=props), now)
+            self.router(self.forward_dead_letters_to, forwarded, now)
         except ServiceBusError:
             return False
         return True

@@ -42,9 +42,16 @@ class Message:
     reply_to_session_id: str | None = None
     application_properties: Mapping[str, Any] = field(default_factory=dict)
     _size: int = field(default=-1, init=False, repr=False, compare=False)
+    #: DeadLetterSource (the x-opt-deadletter-source annotation): set by the broker, never by a
+    #: sender, on a message it auto-forwards from a dead-letter subqueue (SETTLE-FWD-002;
+    #: ``with_dead_letter_source``). Kept by ``with_changes``.
+    dead_letter_source: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_changes(self, **changes: Any) -> "Message":
-        return replace(self, **changes)
+        changed = replace(self, **changes)
+        if self.dead_letter_source is not None:
+            _set_dead_letter_source(changed, self.dead_letter_source)
+        return changed
 
 
 def _value_size(value: Any) -> int:
@@ -63,6 +70,19 @@ def _value_size(value: Any) -> int:
 
 #: Writes a message's measured size on it (the slot's own setter: a frozen Message refuses setattr).
 _keep_size = Message.__dict__["_size"].__set__
+_set_dead_letter_source = Message.__dict__["dead_letter_source"].__set__
+
+
+def with_dead_letter_source(message: Message, source: str) -> Message:
+    """SETTLE-FWD-002: the message as the broker auto-forwards it out of the dead-letter subqueue
+    of ``source``. ServiceBusReceivedMessage.DeadLetterSource
+    (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusreceivedmessage.deadlettersource):
+    "Only set in messages that have been dead-lettered and subsequently auto-forwarded from the
+    dead-letter queue to another entity. Indicates the entity in which the message was dead-lettered."
+    """
+    changed = message.with_changes()
+    _set_dead_letter_source(changed, source)
+    return changed
 
 
 def message_size(message: Message) -> int:
@@ -283,7 +303,11 @@ class Delivery:
         if self._stored.dead_letter_description is not None
         else self._stored.message.application_properties.get(DEAD_LETTER_ERROR_DESCRIPTION)
     )
-    dead_letter_source = property(lambda self: self._stored.dead_letter_source)
+    dead_letter_source = property(  # the record's, else the message's (forwarded from a dead-letter subqueue)
+        lambda self: self._stored.dead_letter_source
+        if self._stored.dead_letter_source is not None
+        else self._stored.message.dead_letter_source
+    )
     partition = property(lambda self: self._stored.partition)
     message_id = property(lambda self: self._stored.message.message_id)
 

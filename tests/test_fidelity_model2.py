@@ -79,3 +79,28 @@ def test_a_forwarding_queue_or_subscription_refuses_receivers() -> None:
     ns.create_subscription("t", "d", forward_dead_lettered_messages_to="dst")
     fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "t/Subscriptions/d/$DeadLetterQueue")
     assert [d.message_id for d in ns.receive(conn, "dst")] == ["d"]
+
+
+@pytest.mark.clauses("SETTLE-FWD-002")
+def test_a_dead_letter_forwarded_on_names_the_entity_it_was_dead_lettered_in() -> None:
+    """Audit row OP-051: DeadLetterSource is set on a message dead-lettered and then auto-forwarded
+    from the dead-letter subqueue, and names the queue or subscription it was dead-lettered in;
+    it is set on no other message (not on one in a dead-letter subqueue, nor on one sent)."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("sink")
+    ns.create_queue("q", forward_dead_lettered_messages_to="sink")
+    ns.create_queue("plain")
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", forward_dead_lettered_messages_to="sink")
+    conn = ns.connect()
+    ns.send(conn, "q", Message(b"x", message_id="from-queue"))
+    ns.send(conn, "t", Message(b"y", message_id="from-subscription"))
+    ns.send(conn, "plain", Message(b"z", message_id="kept"))
+    ns.send(conn, "sink", Message(b"w", message_id="direct"))
+    for path in ("q", "t/Subscriptions/s", "plain"):
+        [got] = ns.receive(conn, path)
+        ns.dead_letter(conn, path, got.lock_token, "Bad", "bad")
+    sources = {d.message_id: d.dead_letter_source for d in ns.receive(conn, "sink", max_count=5)}
+    assert sources == {"direct": None, "from-queue": "q", "from-subscription": "t/Subscriptions/s"}
+    [kept] = ns.receive(conn, "plain/$DeadLetterQueue")
+    assert kept.dead_letter_source is None and kept.dead_letter_reason == "Bad"

@@ -54,3 +54,4 @@ Feature: The dead-letter subqueue
     Then peeking "src/$DeadLetterQueue" shows nothing, or is refused
     And receiver "B" on "sink" receives 1 message
     And receiver "B" got "m1" with reason "Bad" and description "bad input"
+    And receiver "B" got "m1" with the dead-letter source "src"

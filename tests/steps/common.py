@@ -339,6 +339,14 @@ def got_with_reason(world: World, r: str, mid: str, reason: str, desc: str) -> N
     assert props.get("DeadLetterErrorDescription") == desc
 
 
+@step(r'receiver "(?P<r>[^"]+)" got "(?P<mid>[^"]+)" with the dead-letter source "(?P<source>[^"]+)"')
+def got_with_dead_letter_source(world: World, r: str, mid: str, source: str) -> None:
+    """SETTLE-FWD-002: DeadLetterSource names the entity the message was dead-lettered in (paths
+    compare without case, as Service Bus names entities)."""
+    m = world.message(r, mid)
+    assert (m.dead_letter_source or "").lower() == world.path(source).lower(), f"dead-letter source {m.dead_letter_source!r}"
+
+
 @step(r'receiver "(?P<r>[^"]+)" holds session "(?P<s>[^"]+)"')
 def holds_session(world: World, r: str, s: str) -> None:
     world.require_no_pending_error()
