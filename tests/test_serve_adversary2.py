@@ -4,6 +4,8 @@ server on a thread of this process (``InProcess`` of ``test_serve_security``).""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
@@ -193,3 +195,27 @@ def test_an_unknown_receiver_settle_mode_does_not_delete_a_deferred_message(srv:
     reply = management(c, "open", "com.microsoft:receive-by-sequence-number",
                        {"sequence-numbers": [number], "receiver-settle-mode": uint(1)}, 20)
     assert reply.properties["statusCode"] == 200 and len(reply.body["messages"]) == 1
+
+
+# ------------------------------------------------------------ the dead-letter properties
+def test_a_sent_dead_letter_reason_of_another_type_comes_back_as_sent(srv: InProcess) -> None:
+    """A sender's own application properties DeadLetterReason / DeadLetterErrorDescription are
+    application properties like any other ([amqp] 3.2.5: passed through as sent). The server
+    wrote them again as strings (the model reads them as the message's dead-letter reason), and a
+    value that is no string (a long, a boolean: plain, no trial encoding) made every receive and
+    peek of the queue fail ('int' has no encode: amqp:internal-error), for good."""
+    c = authorized_sender(srv.port, "open")
+    sent = Message(body=b"x", id="dlr", properties={"DeadLetterReason": 5, "DeadLetterErrorDescription": True, "other": "o"})
+    c.send(c.transfer(5, sent.encode()))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    p = RawClient(srv.port)
+    p.open_session()
+    assert p.put_token("open") == 200
+    reply = management(p, "open", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 1}, 10)
+    assert reply is not None and reply.properties["statusCode"] == 200, [condition_of(f[2]) for f in p.frames.of(CLOSE)]
+    r, got = receive_all(srv.port, "open")
+    assert not r.closed and not r.frames.of(CLOSE), [condition_of(f[2]) for f in r.frames.of(CLOSE)]
+    assert [m.id for m in got] == ["dlr"]
+    props = got[0].properties
+    assert props == {"DeadLetterReason": 5, "DeadLetterErrorDescription": True, "other": "o"}
+    assert type(props["DeadLetterReason"]) is int and type(props["DeadLetterErrorDescription"]) is bool

@@ -393,11 +393,12 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
         props = _properties(m, env)
         if props is not None:
             out.append(v.described(PROPERTIES, v.list_(props)))
-    extra = {}
-    if d.dead_letter_reason is not None:
-        extra[DEAD_LETTER_REASON] = d.dead_letter_reason
-    if d.dead_letter_description is not None:
-        extra[DEAD_LETTER_ERROR_DESCRIPTION] = d.dead_letter_description
+    extra = {}  # the broker's dead-letter properties; a sender's own (the model reads them too) go out as sent
+    own = m.application_properties
+    if (reason := d.dead_letter_reason) is not None and not _same(reason, own.get(DEAD_LETTER_REASON)):
+        extra[DEAD_LETTER_REASON] = reason
+    if (description := d.dead_letter_description) is not None and not _same(description, own.get(DEAD_LETTER_ERROR_DESCRIPTION)):
+        extra[DEAD_LETTER_ERROR_DESCRIPTION] = description
     changed = env.application_values is not None and _changed(env.application_values, m.application_properties)
     if env.application_section and not extra and not changed:
         out.append(env.application_section)
