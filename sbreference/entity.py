@@ -211,6 +211,10 @@ class Entity:
         for message, size in zip(messages, sizes):
             if self.duplicates is not None:
                 if self.duplicates.is_duplicate(message.message_id, now):
+                    # SETTLE-DUP-002: dropped, but answered like any other (SETTLE-SCHED-001, audit row OP-052): ScheduleMessageAsync
+                    # "Returns: The sequence number of the message that was scheduled", one per message.
+                    self.last_sequence_number += 1
+                    out.append(self.last_sequence_number)
                     continue
                 self.duplicates.record(message.message_id, now)
             if enqueue_time <= now:

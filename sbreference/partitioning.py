@@ -251,6 +251,7 @@ class PartitionedEntity(Entity):
         for message, size in zip(messages, sizes):
             index = self._choose(partition_key(message, self.description.requires_duplicate_detection), choose)
             if self._is_duplicate(index, message, now):
+                out.append(self._next_sequence(index))  # dropped, but answered (Entity.schedule, audit row OP-052)
                 continue
             if enqueue_time <= now:
                 seq = self._next_sequence(index)

@@ -104,3 +104,26 @@ def test_a_dead_letter_forwarded_on_names_the_entity_it_was_dead_lettered_in() -
     assert sources == {"direct": None, "from-queue": "q", "from-subscription": "t/Subscriptions/s"}
     [kept] = ns.receive(conn, "plain/$DeadLetterQueue")
     assert kept.dead_letter_source is None and kept.dead_letter_reason == "Bad"
+
+
+# ------------------------------------------------------------ scheduling
+
+
+@pytest.mark.clauses("SETTLE-SCHED-001", "SETTLE-DUP-002")
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_scheduling_a_duplicate_answers_a_sequence_number_and_stores_nothing(partitioned: bool) -> None:
+    """Audit row OP-052: ScheduleMessageAsync "Returns: The sequence number of the message that was
+    scheduled": one number for each message scheduled, a duplicate included (a user saw Service Bus
+    answer two numbers and drop the second message, Azure/azure-service-bus#265). The model answered
+    none for a duplicate, so a schedule of three messages got two numbers back."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("q", requires_duplicate_detection=True, enable_partitioning=partitioned)
+    conn = ns.connect()
+    first = ns.schedule(conn, "q", [Message(b"a", message_id="1"), Message(b"b", message_id="1"), Message(b"c", message_id="2")], 60 * SECOND)
+    [again] = ns.schedule(conn, "q", Message(b"d", message_id="1"), 60 * SECOND)
+    numbers = first + [again]
+    assert len(numbers) == 4 and len(set(numbers)) == 4 and all(isinstance(n, int) for n in numbers)
+    ns.clock.advance(61 * SECOND)
+    got = ns.receive(conn, "q", max_count=10)
+    assert sorted(d.message_id for d in got) == ["1", "2"]
+    assert [d.message.body for d in got if d.message_id == "1"] == [b"a"]

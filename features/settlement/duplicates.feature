@@ -11,6 +11,18 @@ Feature: Duplicate messages and message ids
     And receiver "A" receives 5 messages
     And receiver "A" got no message
 
+  @SETTLE-DUP-002 @SETTLE-SCHED-001 @needs:duplicate-detection @needs:scheduling
+  Scenario: A duplicate scheduled within the window is answered with a sequence number but dropped
+    Given a queue "q" with duplicate detection window 30 seconds
+    When message "m1" is scheduled on "q" in 5 seconds
+    And message "m1" is scheduled on "q" in 5 seconds
+    Then the operation succeeds
+    And 6 seconds pass
+    And receiver "A" on "q" receives 5 messages
+    And receiver "A" got "m1"
+    And receiver "A" receives 5 messages
+    And receiver "A" got no message
+
   @SETTLE-DUP-003 @needs:duplicate-detection
   Scenario: After the window the same id is a new message
     Given a queue "q" with duplicate detection window 30 seconds

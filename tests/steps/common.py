@@ -142,6 +142,7 @@ def schedule_message(world: World, mid: str, entity: str, n: str) -> None:
     t = world.target
     numbers = world.attempt(t.schedule, world.sender(entity), [world.build(mid, {})], t.now() + seconds(n))
     if numbers is not None:
+        assert len(numbers) == 1, f"scheduling one message answered {numbers!r}, not its sequence number (SETTLE-SCHED-001)"
         world.scheduled[mid] = numbers[0]
         world.senders.setdefault(f"scheduled:{mid}", world.sender(entity))
 
