@@ -219,3 +219,30 @@ def test_a_sent_dead_letter_reason_of_another_type_comes_back_as_sent(srv: InPro
     props = got[0].properties
     assert props == {"DeadLetterReason": 5, "DeadLetterErrorDescription": True, "other": "o"}
     assert type(props["DeadLetterReason"]) is int and type(props["DeadLetterErrorDescription"]) is bool
+
+
+def test_a_dead_letter_reason_of_another_type_in_a_rejected_outcome_is_a_string(srv: InProcess) -> None:
+    """The rejected outcome's DeadLetterReason (the SDKs send a string) was stored as the client
+    typed it; a long made every receiver of the dead-letter queue fail (amqp:internal-error). It
+    is read as a string, as update-disposition's deadletter-reason and a transactional
+    rejection already were."""
+    from proton import symbol
+
+    c = authorized_sender(srv.port, "open")
+    c.send(c.transfer(5, Message(body=b"x", id="to-dlq").encode()))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    r = RawClient(srv.port)
+    r.open_session()
+    assert r.put_token("open") == 200
+    r.send(attach("recv", 5, "open", False), flow(5, 1))
+    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
+    delivery_id = int(r.frames.of(TRANSFER)[-1][2].value[1])
+    error = Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "dl",
+                                    {symbol("DeadLetterReason"): 5, symbol("DeadLetterErrorDescription"): 6.5}])
+    before = len(r.frames.of(DISPOSITION))
+    r.send(frame(performative(DISPOSITION, True, uint(delivery_id), uint(delivery_id), False, Described(ulong(REJECTED), [error]))))
+    r.read(3, until=lambda f: len(f.of(DISPOSITION)) > before)
+    assert srv.on_loop(lambda: srv.server.namespace.runtime_info("open")["dead_letter"]) == 1
+    d, got = receive_all(srv.port, "open/$DeadLetterQueue")
+    assert not d.closed and not d.frames.of(CLOSE), [condition_of(f[2]) for f in d.frames.of(CLOSE)]
+    assert [(m.id, m.properties["DeadLetterReason"], m.properties["DeadLetterErrorDescription"]) for m in got] == [("to-dlq", "5", "6.5")]

@@ -146,8 +146,9 @@ class Deliveries:
             elif outcome == Delivery.REJECTED:
                 cond = remote.condition
                 info = dict((cond.info if cond is not None else None) or {})
-                reason = info.pop("DeadLetterReason", info.pop(A("DeadLetterReason"), None))
-                desc = info.pop("DeadLetterErrorDescription", info.pop(A("DeadLetterErrorDescription"), None))
+                # strings, as update-disposition's and a transactional rejection's (a long stored here failed every receive of the DLQ)
+                reason = v.opt_str(info.pop("DeadLetterReason", info.pop(A("DeadLetterReason"), None)))
+                desc = v.opt_str(info.pop("DeadLetterErrorDescription", info.pop(A("DeadLetterErrorDescription"), None)))
                 # the rest of the error info: the properties to modify (SETTLE-MOD-001), as the .NET client sends them
                 ns.dead_letter(state.model_conn, r.path, token, reason, desc, properties_to_modify(info))
             else:
