@@ -246,3 +246,30 @@ def test_a_dead_letter_reason_of_another_type_in_a_rejected_outcome_is_a_string(
     d, got = receive_all(srv.port, "open/$DeadLetterQueue")
     assert not d.closed and not d.frames.of(CLOSE), [condition_of(f[2]) for f in d.frames.of(CLOSE)]
     assert [(m.id, m.properties["DeadLetterReason"], m.properties["DeadLetterErrorDescription"]) for m in got] == [("to-dlq", "5", "6.5")]
+
+
+# ------------------------------------------------------------ schedule-message
+def test_schedule_message_refuses_what_the_server_could_not_deliver(srv: InProcess) -> None:
+    """A message scheduled through $management passes the door a sent message passes
+    (SECURITY.md: refused at send, never stored to fail later). It did not: a scheduled time past
+    what a timestamp holds was stored, and every peek of the queue then failed ('int too large
+    to convert': amqp:internal-error)."""
+    from proton import symbol, timestamp
+
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    inner = (encode_value(Described(ulong(0x72), {symbol("x-opt-scheduled-enqueue-time"): ulong(2**63 + 5)}))
+             + encode_value(Described(ulong(0x73), ["far"])) + encode_value(Described(ulong(0x75), b"x")))
+    reply = management(c, "open", "com.microsoft:schedule-message", {"messages": [{"message": inner, "message-id": "far"}]}, 10)
+    assert reply is not None and reply.properties["statusCode"] == 400, None if reply is None else reply.properties
+    assert str(reply.properties["errorCondition"]) == "com.microsoft:argument-error"
+    assert srv.held("open") == 0
+    reply = management(c, "open", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 5}, 12)
+    assert reply is not None and reply.properties["statusCode"] == 204
+    fine = Message(body=b"x", id="fine")
+    fine.annotations = {symbol("x-opt-scheduled-enqueue-time"): timestamp(int(time.time() * 1000) + 3_600_000)}
+    reply = management(c, "open", "com.microsoft:schedule-message", {"messages": [{"message": fine.encode(), "message-id": "fine"}]}, 14)
+    assert reply.properties["statusCode"] == 200
+    reply = management(c, "open", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 5}, 16)
+    assert reply.properties["statusCode"] == 200 and len(reply.body["messages"]) == 1

@@ -18,16 +18,14 @@ from cproton_ffi import ffi as _ffi
 from cproton_ffi import lib as _lib
 from proton import Delivery, Endpoint, Link
 
-from sbreference import NEVER, RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
+from sbreference import RECEIVE_AND_DELETE, ErrorCode, ServiceBusError
 from sbreference import Message as ModelMessage
 from sbreference import paths
-from sbreference.message import Delivery as ModelDelivery
-from sbreference.message import State, StoredMessage
 
 from ..amqp import codec
 from . import coordinator
 from . import values as v
-from .limits import Refused, check_message, plain, properties_to_modify
+from .limits import Refused, check_storable, properties_to_modify
 from .state import ConnState, Receiving
 from ..amqp.wire import BATCH_FORMAT, WireError, data_sections
 
@@ -305,20 +303,8 @@ class Deliveries:
         dlv.settle()
 
     def _check_storable(self, m: ModelMessage) -> None:
-        """Refuse (``Refused``) a message this server could not deliver again: its
-        application properties outside AMQP's rules, or anything ``_encode`` fails on
-        (tried on a stand-in record with the broker's fields set to extreme values)."""
-        check_message(m)
-        if plain(m):
-            return
-        now = self.clock.now
-        stored = StoredMessage(m, 2**62, now, NEVER, 0, State.SCHEDULED if m.scheduled_enqueue_time is not None else State.ACTIVE, 0, 0)
-        stored.lock_token, stored.locked_until = 2**64 - 1, now + 3_600_000
-        stored.dead_letter_reason = stored.dead_letter_description = stored.dead_letter_source = "x"
-        try:
-            self._encode(ModelDelivery(stored))
-        except Exception as error:  # noqa: BLE001 - whatever the encoder objects to
-            raise Refused(f"it could not be delivered again ({type(error).__name__}: {error})") from None
+        """The door (``limits.check_storable``): ``Refused`` for a message this server could not deliver again."""
+        check_storable(m, self.clock.now, self.clock.epoch_ms)
 
     def _decode(self, data: bytes) -> ModelMessage:
         return codec.decode(data, self.clock.epoch_ms)

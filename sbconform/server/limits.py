@@ -22,8 +22,11 @@ from typing import Any, Callable, Iterable, Mapping
 from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
 from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
 
-from sbreference import ErrorCode, ServiceBusError
+from sbreference import NEVER, ErrorCode, ServiceBusError
+from sbreference.message import Delivery as ModelDelivery
+from sbreference.message import State, StoredMessage
 
+from ..amqp import codec
 from ..amqp.codec import Envelope
 from ..amqp.values import value as amqp_value
 
@@ -111,6 +114,24 @@ def check_message(message: Any) -> None:
             continue  # a described value (Service Bus's own: com.microsoft:datetime-offset, timespan, uri)
         if not isinstance(value, _SIMPLE):
             raise Refused(f"application property {key!r} holds a {type(value).__name__}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
+
+
+def check_storable(message: Any, now: int, epoch_ms: int) -> None:
+    """The door of every message stored, sent or scheduled: ``Refused`` for one this server could
+    not deliver again: its application properties outside AMQP's rules (``check_message``), or,
+    unless it is ``plain``, anything the encoder fails on (tried on a stand-in record with the
+    broker's fields set to extreme values). ``now``: the model's time; ``epoch_ms``: its time 0."""
+    check_message(message)
+    if plain(message):
+        return
+    state = State.SCHEDULED if message.scheduled_enqueue_time is not None else State.ACTIVE
+    stored = StoredMessage(message, 2**62, now, NEVER, 0, state, 0, 0)
+    stored.lock_token, stored.locked_until = 2**64 - 1, now + 3_600_000
+    stored.dead_letter_reason = stored.dead_letter_description = stored.dead_letter_source = "x"
+    try:
+        codec.encode(ModelDelivery(stored), epoch_ms)
+    except Exception as error:  # noqa: BLE001 - whatever the encoder objects to
+        raise Refused(f"it could not be delivered again ({type(error).__name__}: {error})") from None
 
 
 _PLAIN = frozenset({str, bytes, bool, float, type(None)})

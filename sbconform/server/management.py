@@ -25,7 +25,7 @@ from sbreference.operations import MODIFYING, SETTLEMENTS, settle
 from ..amqp import codec
 from . import values as v
 from .coordinator import no_properties_in_a_transaction
-from .limits import Limits, properties_to_modify
+from .limits import Limits, Refused, check_storable, properties_to_modify
 from .rules import rule_operation
 from .state import WallClock
 
@@ -106,6 +106,10 @@ def schedule_message(q: Request) -> Answer:
         raise ValueError("messages is null")
     for entry in v.values(q.body["messages"]):
         m = codec.decode(bytes(entry["message"]), q.clock.epoch_ms)
+        try:  # the door a sent message passes (SECURITY.md): refused now, never stored to fail at a peek
+            check_storable(m, q.clock.now, q.clock.epoch_ms)
+        except Refused as refused:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message was refused: {refused}", transient=False) from None
         when = m.scheduled_enqueue_time if m.scheduled_enqueue_time is not None else q.clock.now
         by_time[when].append(m.with_changes(scheduled_enqueue_time=None))
         order.append(when)
