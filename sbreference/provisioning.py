@@ -17,7 +17,7 @@ from .errors import ErrorCode, ServiceBusError
 from .message import State
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
 from .paths import SUBSCRIPTIONS, parse
-from .rules import Rule
+from .rules import Rule, check_filter_quota
 from .store import MessageStore
 from .tiers import TIERS, check_entity
 
@@ -183,8 +183,11 @@ class Provisioning:
         return entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()]
 
     def add_rule(self, path: str, rule: Rule) -> None:
-        """RULES-RULE-004: add a rule to a subscription (names are unique in it)."""
-        self.subscription(path).rules.add(rule)
+        """RULES-RULE-004: add a rule to a subscription (names are unique in it), within its topic's
+        filter quotas (RULES-RULE-006)."""
+        sub = self.subscription(path)
+        check_filter_quota((s.rules for s in sub.topic.subscriptions.values()), rule)
+        sub.rules.add(rule)
 
     def remove_rule(self, path: str, name: str) -> None:
         self.subscription(path).rules.remove(name)

@@ -16,7 +16,7 @@ or that the message is dead-lettered because a rule failed to evaluate (RULES-DL
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ErrorCode, ServiceBusError
 from .message import Message
@@ -41,8 +41,10 @@ RULE_NAME_PROPERTY = "RuleName"
 FILTER_EVALUATION_DEAD_LETTER_REASON = "FilterEvaluationException"
 #: Rule names are at most 50 characters (https://learn.microsoft.com/en-us/azure/service-bus-messaging/service-bus-quotas).
 MAX_RULE_NAME_LENGTH = 50
-#: Rules per subscription (quotas page: "Number of SQL filters per topic: 2,000").
-MAX_RULES_PER_SUBSCRIPTION = 2000
+#: RULES-RULE-006: filters per topic, over all its subscriptions (quotas page: "Number of SQL filters
+#: per topic" 2,000, "Number of correlation filters per topic" 100,000); none per subscription.
+MAX_SQL_FILTERS_PER_TOPIC = 2000
+MAX_CORRELATION_FILTERS_PER_TOPIC = 100_000
 
 #: Correlation filter properties, in the order of the AMQP correlation-filter list, with the
 #: Message field each compares (https://learn.microsoft.com/en-us/azure/service-bus-messaging/service-bus-amqp-request-response).
@@ -283,8 +285,6 @@ class RuleSet:
         key = rule.name.lower()
         if key in self.rules:
             raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The rule '{rule.name}' already exists.", transient=False)
-        if len(self.rules) >= MAX_RULES_PER_SUBSCRIPTION:
-            raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"A subscription holds at most {MAX_RULES_PER_SUBSCRIPTION} rules.", transient=False)
         self.rules[key] = rule
 
     def remove(self, name: str) -> None:
@@ -296,6 +296,25 @@ class RuleSet:
 
     def __len__(self) -> int:
         return len(self.rules)
+
+
+def check_filter_quota(rule_sets: Iterable[RuleSet], rule: Rule) -> None:
+    """RULES-RULE-006: refuse ``rule`` if its filter would take the topic whose subscriptions hold
+    ``rule_sets`` past the quota of its kind. Reading: true and false filters are not counted."""
+    kind, quota = (
+        (SqlFilter, MAX_SQL_FILTERS_PER_TOPIC) if isinstance(rule.filter, SqlFilter)
+        else (CorrelationFilter, MAX_CORRELATION_FILTERS_PER_TOPIC) if isinstance(rule.filter, CorrelationFilter)
+        else (None, 0)
+    )
+    if kind is None:
+        return
+    held = sum(isinstance(r.filter, kind) for rules in rule_sets for r in rules.rules.values())
+    if held >= quota:
+        raise ServiceBusError(
+            ErrorCode.QUOTA_EXCEEDED,
+            f"The topic already holds {held} {'SQL' if kind is SqlFilter else 'correlation'} filters, its quota.",
+            transient=False,
+        )
 
 
 @dataclass(frozen=True)

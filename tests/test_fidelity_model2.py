@@ -127,3 +127,32 @@ def test_scheduling_a_duplicate_answers_a_sequence_number_and_stores_nothing(par
     got = ns.receive(conn, "q", max_count=10)
     assert sorted(d.message_id for d in got) == ["1", "2"]
     assert [d.message.body for d in got if d.message_id == "1"] == [b"a"]
+
+
+# ------------------------------------------------------------ rules
+
+
+@pytest.mark.clauses("RULES-RULE-006")
+def test_filter_quotas_count_per_topic_sql_and_correlation_filters_apart() -> None:
+    """Audit row ENT-028: the quotas are 2,000 SQL filters and 100,000 correlation filters per topic
+    (over all its subscriptions); there is no per-subscription figure. The model held each
+    subscription to 2,000 rules of any kind: it refused the 2,001st correlation filter of a
+    subscription and let a topic hold 2,000 SQL filters in each of its subscriptions."""
+    from sbreference import CorrelationFilter, Rule, SqlFilter
+    from sbreference.rules import MAX_SQL_FILTERS_PER_TOPIC
+
+    ns = Namespace(clock=VirtualClock())
+    ns.create_topic("t")
+    ns.create_subscription("t", "a")
+    ns.create_subscription("t", "b")
+    half = MAX_SQL_FILTERS_PER_TOPIC // 2
+    for i in range(half):
+        ns.add_rule("t/Subscriptions/a", Rule(f"sql{i}", SqlFilter(f"n = {i}")))
+    for i in range(MAX_SQL_FILTERS_PER_TOPIC - half):
+        ns.add_rule("t/Subscriptions/b", Rule(f"sql{i}", SqlFilter(f"n = {i}")))
+    fails(ErrorCode.QUOTA_EXCEEDED, ns.add_rule, "t/Subscriptions/a", Rule("one-more", SqlFilter("n = -1")))
+    # Correlation filters have a quota of their own, far larger.
+    for i in range(2500):
+        ns.add_rule("t/Subscriptions/a", Rule(f"corr{i}", CorrelationFilter(correlation_id=str(i))))
+    ns.remove_rule("t/Subscriptions/b", "sql0")
+    ns.add_rule("t/Subscriptions/a", Rule("room-again", SqlFilter("n = -1")))
