@@ -20,6 +20,7 @@ from serve_support import (  # noqa: E402
     TRANSFER,
     RawClient,
     attach,
+    begin,
     condition_of,
     encode_value,
     flow,
@@ -273,3 +274,31 @@ def test_schedule_message_refuses_what_the_server_could_not_deliver(srv: InProce
     assert reply.properties["statusCode"] == 200
     reply = management(c, "open", "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 5}, 16)
     assert reply.properties["statusCode"] == 200 and len(reply.body["messages"]) == 1
+
+
+# ------------------------------------------------------------ what the frame scanner keeps
+def scanner_sizes(srv: InProcess) -> tuple[int, int]:
+    """(link names, transfer formats) the frame scanners of all connections hold."""
+    def sizes() -> tuple[int, int]:
+        conns = list(srv.server.conns.values())
+        return sum(len(s.scanner.names) for s in conns), sum(len(s.scanner.formats) for s in conns)
+
+    return srv.on_loop(sizes)
+
+
+def test_transfers_dropped_on_a_detached_link_leave_nothing_in_the_frame_scanner(srv: InProcess) -> None:
+    """The scanner records each transfer's message format until the server reads the transfer;
+    a transfer the server dropped (a link it detached, a delivery aborted) left its record, up
+    to 100,000 per connection (with tags of 200 bytes, tens of MB per connection, and a
+    connection past the cap no longer had its batches recognised)."""
+    c = authorized_sender(srv.port, "open")
+    c.send(*[c.transfer(5, message_bytes(f"m{i}".encode()), settled=True) for i in range(21)])  # credit 20: detached
+    c.read(2, until=lambda f: f.of(DETACH))
+    assert any(condition_of(p[2]) == "amqp:link:transfer-limit-exceeded" for p in c.frames.of(DETACH))
+    for round_ in range(5):  # the client goes on regardless, each tag new
+        c.send(*[c.transfer(5, b"", settled=True) for _ in range(200)])
+        c.read(0.05)
+    c.read(0.5)
+    assert not c.closed
+    _, formats = scanner_sizes(srv)
+    assert formats <= 1, f"{formats} formats of dropped transfers kept"

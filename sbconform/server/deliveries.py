@@ -195,17 +195,17 @@ class Deliveries:
         if dlv != info.last and dlv.readable:  # its first frame (a delivery is readable until advanced)
             info.last = dlv
             if role == "detached":
-                return self._drop(link, dlv)
+                return self._drop(state, link, dlv)
             info.received += 1
             state.fed.add(link)
             if info.received > info.granted:  # AMQP 1.0 part 2, 2.6.7: no transfer without credit
                 self._detach_with(state, link, v.error(
                     "amqp:link:transfer-limit-exceeded", f"A transfer beyond the {info.granted} credits granted on this link."))
-                return self._drop(link, dlv)
+                return self._drop(state, link, dlv)
         elif role not in ("node", "entity"):
-            return self._drop(link, dlv)
+            return self._drop(state, link, dlv)
         if dlv.aborted:  # AMQP 1.0 part 2, 2.7.5: discarded by the recipient, implicitly settled
-            return self._drop(link, dlv)
+            return self._drop(state, link, dlv)
         limit = self.limits.max_delivery_size
         if dlv.pending > limit:  # across continuation frames: the connection goes, with its input
             self._shut(state, "amqp:link:message-size-exceeded",
@@ -218,15 +218,17 @@ class Deliveries:
                 self._authorize(state, info.path)
             except ServiceBusError as error:  # the token expired since the attach
                 self._detach_with(state, link, v.condition(error))
-                return self._drop(link, dlv)
+                return self._drop(state, link, dlv)
         return True
 
     @staticmethod
-    def _drop(link: Link, dlv: Delivery) -> bool:
-        """Read and forget a transfer arriving on a link we detached (or one its sender aborted)."""
+    def _drop(state: ConnState, link: Link, dlv: Delivery) -> bool:
+        """Read and forget a transfer arriving on a link we detached (or one its sender aborted),
+        and what the frame scanner recorded of it (else kept for the whole connection)."""
         if dlv.pending > 0 and not dlv.aborted:  # (an aborted delivery is not read: recv fails on it)
             link.recv(dlv.pending)
         if not dlv.partial:
+            state.scanner.message_format(link.name, v.delivery_tag(dlv))
             link.advance()  # transfers on a link arrive one after the other: this is the current one
             dlv.settle()
         return False
