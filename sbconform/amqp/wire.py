@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import struct
 
-from .framing import _FRAME, ATTACH, DETACH, TRANSFER  # noqa: F401  (the framing lives in one place)
+from .framing import _FRAME, ATTACH, DETACH, END, TRANSFER  # noqa: F401  (the framing lives in one place)
 
 BATCH_FORMAT = 0x80013700
 
 _U32 = struct.Struct(">I")
 
 #: the performatives the scanner follows
-_FOLLOWED = frozenset((TRANSFER, ATTACH, DETACH))
+_FOLLOWED = frozenset((TRANSFER, ATTACH, DETACH, END))
 DATA_SECTION = 0x75
 
 
@@ -180,6 +180,9 @@ class FrameScanner:
                 self.names[(channel, handle or 0)] = name.decode("utf-8", "replace")
         elif descriptor == DETACH and len(fields) >= 1:  # the handle is free again: forget it
             self.names.pop((channel, read_uint(body, fields[0]) or 0), None)
+        elif descriptor == END:  # the session's links end with it (AMQP 1.0 part 2, 2.5.5): forget them all
+            for key in [key for key in self.names if key[0] == channel]:
+                del self.names[key]
 
     def message_format(self, link_name: str, tag: bytes) -> int:
         return self.formats.pop((link_name, tag), 0)
