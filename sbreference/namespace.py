@@ -304,7 +304,7 @@ class Namespace(Provisioning):
         return self._session_store(path).get_session_state(self.clock.now, conn, session_id)
 
     def set_session_state(self, conn: int, path: str, session_id: str, state: bytes | None) -> None:
-        self._session_store(path).set_session_state(self.clock.now, conn, session_id, state)
+        self._session_store(path).set_session_state(self.clock.now, conn, session_id, state, self.session_state_limit(path))
 
     def _session_store(self, path: str) -> MessageStore:
         store = self._receiving_store(path)

@@ -313,8 +313,8 @@ class PartitionedStore:
     def get_session_state(self, now: int, holder: int, session_id: str) -> bytes | None:
         return self._by_session(session_id).get_session_state(now, holder, session_id)
 
-    def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None) -> None:
-        self._by_session(session_id).set_session_state(now, holder, session_id, state)
+    def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None, limit: int | None = None) -> None:
+        self._by_session(session_id).set_session_state(now, holder, session_id, state, limit)
 
     # -- connections, counts
     def drop_holder(self, now: int, holder: int) -> None:

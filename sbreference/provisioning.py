@@ -259,6 +259,15 @@ class Provisioning:
             info["partition_count"] = entity.partition_count
         return info
 
+    def session_state_limit(self, path: str) -> int:
+        """SETTLE-SESS-008: the bytes a session state of ``path`` may hold: "the size of one message, which
+        is 256 KB for Service Bus Standard, and 100 MB for Service Bus Premium" (message-sessions). Basic and
+        Standard: the entity's max message size (256 KB, or less under the small-message extension); Premium:
+        the page's 100 MB, whatever the entity's own (reading)."""
+        if self.sku == "premium":
+            return TIERS["premium"].max_message_size
+        return self._resolve(path)[0].description.max_message_size  # a subscription's: its topic's
+
     def available_count(self, path: str) -> int:
         """Messages a receive on ``path`` could be given now: stored, and not locked, deferred or
         scheduled; refused as a receive would be (unknown, unavailable or suspended entity).

@@ -78,9 +78,17 @@ class SessionLocks:
     def get_session_state(self, now: int, holder: int, session_id: str) -> bytes | None:
         return self._held_session_after_tick(now, holder, session_id).state
 
-    def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None) -> None:
-        """SETTLE-SESS-005: the state outlives the session lock, until set to empty."""
-        self._held_session_after_tick(now, holder, session_id).state = state or None
+    def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None, limit: int | None = None) -> None:
+        """SETTLE-SESS-005: the state outlives the session lock, until set to empty. SETTLE-SESS-008: it
+        holds at most ``limit`` bytes, the size of one message (``Namespace.session_state_limit``)."""
+        session = self._held_session_after_tick(now, holder, session_id)
+        if state and limit is not None and len(state) > limit:
+            raise ServiceBusError(
+                ErrorCode.MESSAGE_SIZE_EXCEEDED,
+                f"The session state of {len(state)} bytes exceeds the {limit} bytes a session state may hold (one message).",
+                transient=False,
+            )
+        session.state = state or None
 
     def _held_session_after_tick(self, now: int, holder: int, session_id: str) -> Session:
         self.tick(now)

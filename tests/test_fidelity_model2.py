@@ -156,3 +156,32 @@ def test_filter_quotas_count_per_topic_sql_and_correlation_filters_apart() -> No
         ns.add_rule("t/Subscriptions/a", Rule(f"corr{i}", CorrelationFilter(correlation_id=str(i))))
     ns.remove_rule("t/Subscriptions/b", "sql0")
     ns.add_rule("t/Subscriptions/a", Rule("room-again", SqlFilter("n = -1")))
+
+
+# ------------------------------------------------------------ sessions
+
+
+@pytest.mark.clauses("SETTLE-SESS-008")
+def test_a_session_state_holds_at_most_one_message() -> None:
+    """Audit row OP-038: "the message session state is an opaque binary object that can hold data of
+    the size of one message, which is 256 KB for Service Bus Standard, and 100 MB for Service Bus
+    Premium" (message-sessions). The model kept a state of any size."""
+    from sbreference.entity import KB, MB
+
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("sq", requires_session=True)
+    conn = ns.connect()
+    ns.accept_session(conn, "sq", "s1")
+    fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, ns.set_session_state, conn, "sq", "s1", b"x" * (256 * KB + 1))
+    assert ns.get_session_state(conn, "sq", "s1") is None
+    ns.set_session_state(conn, "sq", "s1", b"x" * (256 * KB))
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", requires_session=True)
+    ns.accept_session(conn, "t/Subscriptions/s", "s1")
+    fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, ns.set_session_state, conn, "t/Subscriptions/s", "s1", b"x" * (300 * KB))
+    premium = Namespace(clock=VirtualClock(), sku="premium")
+    premium.create_queue("sq", requires_session=True)  # 1 MB messages unless set; the state may hold 100 MB
+    conn = premium.connect()
+    premium.accept_session(conn, "sq", "s1")
+    premium.set_session_state(conn, "sq", "s1", b"x" * (2 * MB))
+    fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, premium.set_session_state, conn, "sq", "s1", b"x" * (100 * MB + 1))

@@ -51,6 +51,16 @@ Feature: Sessions
     And receiver "B" accepts session "s1" on "sq"
     And the session state seen by "B" is "step-2"
 
+  @SETTLE-SESS-008
+  Scenario: A session state holds at most one message's size
+    Given message "m1" with session "s1" is sent to "sq"
+    When receiver "A" accepts session "s1" on "sq"
+    And receiver "A" sets a session state of 300 KB
+    Then the operation is refused
+    And the session state seen by "A" is empty
+    And receiver "A" sets the session state to "small"
+    And the session state seen by "A" is "small"
+
   @SETTLE-SESS-006
   Scenario: Renewing the session lock extends it; an expired one is lost
     Given message "m1" with session "s1" is sent to "sq"

@@ -265,6 +265,11 @@ def renew_session_lock(world: World, r: str) -> None:
         world.renewals[r] = (renewed_at, until)
 
 
+@step(r'receiver "(?P<r>[^"]+)" sets a session state of (?P<kb>\d+) KB')
+def set_large_session_state(world: World, r: str, kb: str) -> None:
+    world.attempt(world.target.set_session_state, world.receiver(r), b"s" * (int(kb) * 1024))
+
+
 @step(r'receiver "(?P<r>[^"]+)" sets the session state to "(?P<state>[^"]*)"')
 def set_session_state(world: World, r: str, state: str) -> None:
     world.attempt(world.target.set_session_state, world.receiver(r), state.encode())
