@@ -38,12 +38,28 @@ class DeadLettering:
         self._unlock(msg)
         self._to_dead_letter(msg, now, reason, description)
 
-    def _expire(self, msg: StoredMessage, now: int) -> None:
-        """SETTLE-TTL-002/003: an expired message is dropped or dead-lettered."""
+    def _expire(self, msg: StoredMessage, now: int, whole_session: bool = True) -> None:
+        """SETTLE-TTL-002/003: an expired message is dropped or dead-lettered; in a session, with every
+        available message of its session (SETTLE-SESS-009)."""
         if self.dead_lettering_on_message_expiration:
             self._to_dead_letter(msg, now, TTL_EXPIRED, "The message expired and was dead lettered.", from_lane=True)
         else:
             self._remove(msg, State.EXPIRED, "expired")
+        if whole_session and self.requires_session and not self.is_dead_letter:
+            self._expire_session(msg.session_id, now)
+
+    def _expire_session(self, session_id: str, now: int) -> None:
+        """SETTLE-SESS-009: "if there's a single message in the session that has passed the TTL, all the
+        messages in the session are expired" (https://learn.microsoft.com/azure/service-bus-messaging/message-sessions).
+        Those available now expire with it; a locked or deferred one keeps its own rules (SETTLE-TTL-004, SETTLE-DEFR-004)."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return
+        messages = self.messages
+        members = [m for m in (messages.get(seq) for seq in {*session.fresh, *session.returned}) if m is not None and m.state is State.ACTIVE]
+        for other in sorted(members, key=lambda m: m.sequence_number):
+            session.available -= 1
+            self._expire(other, now, whole_session=False)
 
     def _to_dead_letter(
         self,

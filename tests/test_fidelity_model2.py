@@ -185,3 +185,27 @@ def test_a_session_state_holds_at_most_one_message() -> None:
     premium.accept_session(conn, "sq", "s1")
     premium.set_session_state(conn, "sq", "s1", b"x" * (2 * MB))
     fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, premium.set_session_state, conn, "sq", "s1", b"x" * (100 * MB + 1))
+
+
+@pytest.mark.clauses("SETTLE-SESS-009")
+def test_a_message_expiring_in_a_session_expires_the_whole_session() -> None:
+    """Audit row OP-053: "if there's a single message in the session that has passed the TTL, all the
+    messages in the session are expired" (message-sessions, Message expiration): dropped or
+    dead-lettered as the entity says. Other sessions keep theirs; a message that arrives later is new."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("sq", requires_session=True, dead_lettering_on_message_expiration=True)
+    ns.create_queue("plain", requires_session=True)
+    conn = ns.connect()
+    for path in ("sq", "plain"):
+        ns.send(conn, path, [
+            Message(b"1", message_id="short", session_id="A", time_to_live=5 * SECOND),
+            Message(b"2", message_id="long", session_id="A"),
+            Message(b"3", message_id="other", session_id="B"),
+        ])
+    ns.clock.advance(6 * SECOND)
+    ns.send(conn, "sq", Message(b"4", message_id="later", session_id="A"))
+    assert sorted(d.message_id for d in ns.peek("sq", max_count=10)) == ["later", "other"]
+    dead = {d.message_id: d.dead_letter_reason for d in ns.peek("sq/$DeadLetterQueue", max_count=10)}
+    assert dead == {"short": "TTLExpiredException", "long": "TTLExpiredException"}
+    assert [d.message_id for d in ns.peek("plain", max_count=10)] == ["other"]
+    assert ns.next_available_sessions("plain") == ["B"]

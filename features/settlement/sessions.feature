@@ -61,6 +61,19 @@ Feature: Sessions
     And receiver "A" sets the session state to "small"
     And the session state seen by "A" is "small"
 
+  @SETTLE-SESS-009 @needs:time-to-live
+  Scenario: A message expiring in a session expires every message of the session
+    Given message "short" with session "s1" and time to live 5 seconds is sent to "sq"
+    And message "long" with session "s1" is sent to "sq"
+    And message "other" with session "s2" is sent to "sq"
+    When 10 seconds pass
+    And receiver "A" accepts session "s1" on "sq"
+    And receiver "A" receives 5 messages
+    Then receiver "A" got no message
+    And receiver "B" accepts session "s2" on "sq"
+    And receiver "B" receives 5 messages
+    And receiver "B" got "other"
+
   @SETTLE-SESS-006
   Scenario: Renewing the session lock extends it; an expired one is lost
     Given message "m1" with session "s1" is sent to "sq"
