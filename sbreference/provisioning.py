@@ -64,6 +64,8 @@ class Provisioning:
             description is None or description.max_message_size == EntityDescription().max_message_size
         ):
             d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
+        if "default_message_time_to_live" not in properties and d.default_message_time_to_live == EntityDescription().default_message_time_to_live:
+            d = d.with_changes(default_message_time_to_live=TIERS[self.sku].max_message_time_to_live)  # SETTLE-TIER-005: unset: Basic's 14 days
         check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
         if len(path.strip("/")) > MAX_PATH_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)

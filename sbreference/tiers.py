@@ -12,6 +12,8 @@ One table, ``TIERS``, read like the documentation's tier comparison and quotas p
   default is 1024" (the queue model's reference), from 1 KB to 100 MB.
 - Queue or topic size: "1, 2, 3, 4 GB or 5 GB. In the Premium SKU, and the Standard SKU
   with partitioning enabled, the maximum queue or topic size is 80 GB" (service-bus-quotas).
+- Message time to live on Basic: "For the basic tier, the default (also maximum) expiration time is
+  14 days" (message-expiration): SETTLE-TIER-005.
 
 sbconform extension, recorded as such in sbspec/fidelity.md: sizes *below* the documented
 minimum (max message size under 256 KB on Basic/Standard, entity size under 1 GB) are
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .clock import DAY, TIMESPAN_MAX
 from .errors import ErrorCode, ServiceBusError
 
 KB = 1024
@@ -32,6 +35,10 @@ GB_IN_MB = 1024
 
 #: PART-LIMIT-001: in a partitioned Premium namespace a message (and a batch) is at most 1 MB (seed 003).
 PARTITIONED_PREMIUM_MESSAGE_SIZE = 1 * MB
+
+#: SETTLE-TIER-005: "For the basic tier, the default (also maximum) expiration time is 14 days"
+#: (https://learn.microsoft.com/azure/service-bus-messaging/message-expiration).
+BASIC_MAX_TIME_TO_LIVE = 14 * DAY
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,15 @@ class Tier:
     #: Largest entity size, in megabytes (non-partitioned, partitioned).
     max_entity_megabytes: int
     max_partitioned_entity_megabytes: int
+    #: SETTLE-TIER-005: an entity's default message time to live, unless set, and its ceiling.
+    max_message_time_to_live: int = TIMESPAN_MAX
 
 
 TIERS: dict[str, Tier] = {
     "basic": Tier("basic", topics=False, sessions=False, duplicate_detection=False, auto_forward=False, transactions=False,
                   max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
-                  max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
+                  max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB,
+                  max_message_time_to_live=BASIC_MAX_TIME_TO_LIVE),
     "standard": Tier("standard", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
                      max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
                      max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
@@ -97,6 +107,13 @@ def check_entity(sku: str, kind: str, description) -> None:
             ErrorCode.ARGUMENT_ERROR,
             f"max message size {size} bytes is not allowed on the {tier.name} tier "
             f"({low} {tier.max_message_size // KB} KB).",
+            transient=False,
+        )
+    if description.default_message_time_to_live > tier.max_message_time_to_live:  # SETTLE-TIER-005
+        raise ServiceBusError(
+            ErrorCode.ARGUMENT_ERROR,
+            f"default message time to live {description.default_message_time_to_live} ms is above the {tier.name} tier's "
+            f"{tier.max_message_time_to_live} ms.",
             transient=False,
         )
     if kind != "subscription":

@@ -209,3 +209,26 @@ def test_a_message_expiring_in_a_session_expires_the_whole_session() -> None:
     assert dead == {"short": "TTLExpiredException", "long": "TTLExpiredException"}
     assert [d.message_id for d in ns.peek("plain", max_count=10)] == ["other"]
     assert ns.next_available_sessions("plain") == ["B"]
+
+
+# ------------------------------------------------------------ tiers
+
+
+@pytest.mark.clauses("SETTLE-TIER-005")
+def test_basic_entities_keep_messages_14_days_at_most() -> None:
+    """Audit row TIER-012: "For the basic tier, the default (also maximum) expiration time is 14 days"
+    (message-expiration). The model gave Basic queues the Standard default (TimeSpan.MaxValue)."""
+    from sbreference import DAY
+
+    ns = Namespace(clock=VirtualClock(), sku="basic")
+    queue = ns.create_queue("q")
+    assert queue.description.default_message_time_to_live == 14 * DAY
+    fails(ErrorCode.ARGUMENT_ERROR, ns.create_queue, "longer", default_message_time_to_live=15 * DAY)
+    fails(ErrorCode.ARGUMENT_ERROR, ns.update, "q", default_message_time_to_live=15 * DAY)
+    ns.create_queue("shorter", default_message_time_to_live=DAY)
+    conn = ns.connect()
+    ns.send(conn, "q", Message(b"x", message_id="m", time_to_live=30 * DAY))
+    [peeked] = ns.peek("q")
+    assert peeked.expires_at == peeked.enqueued_time + 14 * DAY  # the entity default caps it (SETTLE-TTL-001)
+    standard = Namespace(clock=VirtualClock())
+    assert standard.create_queue("q").description.default_message_time_to_live > 14 * DAY
