@@ -174,13 +174,14 @@ def flow(handle: int, credit: int, delivery_count: int = 0, channel: int = 0) ->
 
 
 def transfer(handle: int, delivery_id: int, tag: bytes, payload: bytes, more: bool = False, settled: bool = False,
-             channel: int = 0, continuation: bool = False) -> bytes:
+             channel: int = 0, continuation: bool = False, message_format: int = 0) -> bytes:
+    """A TRANSFER frame; ``message_format`` 0x80013700: a batch (each message a data section)."""
     from proton import uint
 
     if continuation:  # only the handle and more
         body = performative(TRANSFER, uint(handle), None, None, None, None, more)
     else:
-        body = performative(TRANSFER, uint(handle), uint(delivery_id), tag, uint(0), settled, more)
+        body = performative(TRANSFER, uint(handle), uint(delivery_id), tag, uint(message_format), settled, more)
     return frame(body + payload, channel)
 
 

@@ -25,7 +25,7 @@ from sbreference import paths
 from ..amqp import codec
 from . import coordinator
 from . import values as v
-from .limits import Refused, check_storable, properties_to_modify
+from .limits import Refused, check_size, check_storable, properties_to_modify
 from .state import ConnState, Receiving
 from ..amqp.wire import BATCH_FORMAT, WireError, data_sections
 
@@ -269,6 +269,7 @@ class Deliveries:
         txn = coordinator.transactional(dlv)
         destination = coordinator.destination_of(link)
         try:
+            check_size(self.namespace, address, len(data))  # the link's max-message-size, measured as sent
             if fmt == BATCH_FORMAT:
                 messages = [self._decode(part) for part in data_sections(data)]
             else:

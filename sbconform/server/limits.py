@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from proton import Array, Described, char, decimal32, decimal64, decimal128, symbol, timestamp
 from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
 
-from sbreference import NEVER, ErrorCode, ServiceBusError
+from sbreference import NEVER, ErrorCode, ServiceBusError, paths
 from sbreference.message import Delivery as ModelDelivery
 from sbreference.message import State, StoredMessage
 
@@ -132,6 +132,19 @@ def check_storable(message: Any, now: int, epoch_ms: int) -> None:
         codec.encode(ModelDelivery(stored), epoch_ms)
     except Exception as error:  # noqa: BLE001 - whatever the encoder objects to
         raise Refused(f"it could not be delivered again ({type(error).__name__}: {error})") from None
+
+
+def check_size(namespace: Any, path: str, size: int) -> None:
+    """A message (or a batch) of ``size`` bytes as sent, for the entity at ``path``: refused
+    (message-size-exceeded) past the entity's maximum message size. [quotas]: "The message size
+    includes the size of properties (system and user) and the size of payload" (the batch's
+    limit is the same); the model measures only what it reads of a message, and bytes spent
+    elsewhere (a footer, annotations) would go unmeasured, past the limit and the entity's quota."""
+    entity = namespace.entities.get(paths.entity_key(path))
+    limit = None if entity is None else entity.description.max_message_size
+    if limit is not None and size > limit:
+        raise ServiceBusError(ErrorCode.MESSAGE_SIZE_EXCEEDED,
+                              f"The message of {size} bytes as sent exceeds the maximum message size of {limit} bytes.", transient=False)
 
 
 _PLAIN = frozenset({str, bytes, bool, float, type(None)})

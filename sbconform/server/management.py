@@ -25,7 +25,7 @@ from sbreference.operations import MODIFYING, SETTLEMENTS, settle
 from ..amqp import codec
 from . import values as v
 from .coordinator import no_properties_in_a_transaction
-from .limits import Limits, Refused, check_storable, properties_to_modify
+from .limits import Limits, Refused, check_size, check_storable, properties_to_modify
 from .rules import rule_operation
 from .state import WallClock
 
@@ -105,7 +105,9 @@ def schedule_message(q: Request) -> Answer:
     if q.body["messages"] is None:  # a required list of maps ([rr] schedule-message)
         raise ValueError("messages is null")
     for entry in v.values(q.body["messages"]):
-        m = codec.decode(bytes(entry["message"]), q.clock.epoch_ms)
+        encoded = bytes(entry["message"])
+        check_size(q.ns, q.path, len(encoded))
+        m = codec.decode(encoded, q.clock.epoch_ms)
         try:  # the door a sent message passes (SECURITY.md): refused now, never stored to fail at a peek
             check_storable(m, q.clock.now, q.clock.epoch_ms)
         except Refused as refused:
