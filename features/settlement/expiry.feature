@@ -9,7 +9,8 @@ Feature: Time to live and expiry
     And message "none" is sent to "q"
     Then peeking "q" shows "short" expiring 10 seconds after it was enqueued
     And peeking "q" shows "long" expiring 20 seconds after it was enqueued
-    And peeking "q" shows "none" expiring 20 seconds after it was enqueued
+    And receiver "A" on "q" receives 3 messages
+    And receiver "A" got "none" expiring 20 seconds after it was enqueued
 
   @SETTLE-TTL-002
   Scenario: An expired message is not delivered

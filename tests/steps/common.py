@@ -424,6 +424,18 @@ def peek_expiry(world: World, entity: str, mid: str, n: str) -> None:
     )
 
 
+@step(r'receiver "(?P<r>[^"]+)" got "(?P<mid>[^"]+)" expiring (?P<n>\d+) seconds after it was enqueued')
+def received_expiry(world: World, r: str, mid: str, n: str) -> None:
+    """SETTLE-TTL-001: read from a receive, where Service Bus computes the expiry of a message without a
+    time to live of its own (a peek need not show it)."""
+    m = world.message(r, mid)
+    assert m.expires_at is not None and m.enqueued_time is not None, f"{mid!r} shows no expiry"
+    tolerance = getattr(world.target, "clock_tolerance", 0)
+    assert abs(m.expires_at - m.enqueued_time - seconds(n)) <= tolerance, (
+        f"{mid!r} expires {m.expires_at - m.enqueued_time} ms after it was enqueued"
+    )
+
+
 @step(r'peeking (?P<n>\d+) messages of "(?P<entity>[^"]+)" from the sequence number of "(?P<mid>[^"]+)"')
 def peek_from(world: World, n: str, entity: str, mid: str) -> None:
     seq = world.sequence_of(mid, entity)
