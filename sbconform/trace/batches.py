@@ -118,10 +118,14 @@ def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:
     return rows_order, list(zip([0] + cuts, cuts + [n])), last
 
 
-def creates(batch) -> bool:
-    """Whether a batch may hold a create-entity event (its op column names it)."""
+#: The operations whose arguments may set auto-forwarding (``forward_to``: SETTLE-FWD-*).
+CONFIGURING = ("create-entity", "update-entity")
+
+
+def configures(batch) -> bool:
+    """Whether a batch may hold a create-entity or update-entity event (its op column names one)."""
     names = batch.schema.names
     if "op" not in names:
         return True
     values, _ = _dictionary(batch.column(names.index("op")))
-    return "create-entity" in values
+    return any(op in values for op in CONFIGURING)

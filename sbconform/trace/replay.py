@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from sbreference.paths import parse as parse_path
 
-from .batches import DICTIONARY_FIELDS, UNREAD, by_piece, column_values, creates, rows_of  # noqa: F401 (importable from here)
+from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configures, rows_of  # noqa: F401 (importable from here)
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, piece_key
 from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
@@ -37,7 +37,8 @@ from .search import PieceChecker
 
 RESULT_FIELDS = (("piece", "string"), ("entity", "string"), ("events", "int64"), ("status", "string"),
                  ("pos", "int64"), ("message_id", "string"), ("seq", "int64"), ("kind", "string"),
-                 ("clause", "string"), ("expected", "string"), ("observed", "string"), ("reason", "string"))
+                 ("clause", "string"), ("expected", "string"), ("observed", "string"), ("reason", "string"),
+                 ("forwards_to", "string"))  # JSON list of the pieces this one auto-forwards to (settle_forwarding)
 
 
 def result_schema():
@@ -60,16 +61,16 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
     checkers: dict[str, PieceChecker] = {}
     by_entity: dict[str | None, PieceChecker] = {}
     checker: PieceChecker | None = None
-    forwarded: dict[str, str] = {}  # piece key of an auto-forwarding destination -> the source
+    forwards: dict[str, set[str]] = {}  # piece key of an auto-forwarding source -> its destinations' keys
     for batch in batches:
         order, runs, last = by_piece(batch)
         rows = rows_of(batch)
         if order is not None:
             rows = list(map(rows.__getitem__, order))
-        if creates(batch):
+        if configures(batch):
             for row in rows:
-                if row[OP] == "create-entity" and row[PHASE] == "invoke":
-                    _note_forwarding(row, forwarded)
+                if row[OP] in CONFIGURING and row[PHASE] == "invoke":
+                    _note_forwarding(row, forwards)
         for start, end in runs:
             entity = rows[start][ENTITY]
             checker = by_entity.get(entity)
@@ -89,25 +90,43 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                 checker = by_entity[rows[last][ENTITY]]  # the piece of the batch's last event
             progress(batch.num_rows, checker.key if checker is not None else None, len(checkers),
                      sum(1 for c in checkers.values() if c.violation is not None))
-    return [_forwarded_into(c.finish(), forwarded) for c in checkers.values()]
+    results = [c.finish() for c in checkers.values()]
+    for result in results:
+        destinations = forwards.get(result["piece"])
+        result["forwards_to"] = json.dumps(sorted(destinations)) if destinations else None
+    return results
 
 
-def _note_forwarding(row: tuple, forwarded: dict[str, str]) -> None:
+def _note_forwarding(row: tuple, forwards: dict[str, set[str]]) -> None:
+    """Where a create-entity's description, or an update-entity's properties, forward to."""
     try:
         args = json.loads(row[ARGS]) if row[ARGS] else {}
     except (TypeError, ValueError):
         return
-    for field in ("forward_to", "forward_dead_lettered_messages_to"):
-        destination = args.get(field) if isinstance(args, dict) else None
-        if isinstance(destination, str) and destination:
-            forwarded[piece_key(destination)] = str(row[ENTITY])
+    if not isinstance(args, dict):
+        return
+    for fields in (args, args.get("properties")):  # create: the description; update: {"properties": ...}
+        for field in ("forward_to", "forward_dead_lettered_messages_to"):
+            destination = fields.get(field) if isinstance(fields, dict) else None
+            if isinstance(destination, str) and destination:
+                forwards.setdefault(piece_key(row[ENTITY]), set()).add(piece_key(destination))
 
 
-def _forwarded_into(result: dict[str, Any], forwarded: dict[str, str]) -> dict[str, Any]:
+def settle_forwarding(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A piece that receives auto-forwarded messages holds messages no send of its own put there
     (SETTLE-FWD-*): the checker does not model forwarding, so what looks like a violation there
-    is no verdict; "unknown", never "violation", where the model cannot decide."""
-    source = forwarded.get(result["piece"])
+    is no verdict; "unknown", never "violation", where the model cannot decide.
+
+    Run over every piece's result at once (the source's events may lie in another file, bucket
+    or Spark task than the destination's): each result names the pieces it forwards to."""
+    sources: dict[str, str] = {}
+    for result in results:
+        for destination in json.loads(result.get("forwards_to") or "[]"):
+            sources.setdefault(destination, result["entity"] or result["piece"])
+    return [_forwarded_into(result, sources.get(result["piece"])) for result in results]
+
+
+def _forwarded_into(result: dict[str, Any], source: str | None) -> dict[str, Any]:
     if source is None or result["status"] != "violation":
         return result
     return {**result, "status": "unknown", "clause": None, "kind": None,
@@ -118,7 +137,8 @@ def _forwarded_into(result: dict[str, Any], forwarded: dict[str, str]) -> dict[s
 def error_row(reason: str) -> dict[str, Any]:
     """The result row of input that could not be read (status ``error``)."""
     return {"piece": None, "entity": None, "events": 0, "status": "error", "pos": None, "message_id": None,
-            "seq": None, "kind": None, "clause": None, "expected": None, "observed": None, "reason": reason}
+            "seq": None, "kind": None, "clause": None, "expected": None, "observed": None, "reason": reason,
+            "forwards_to": None}
 
 
 SPARK_TYPES = {"string": "STRING", "int64": "BIGINT", "int32": "INT"}
@@ -337,14 +357,14 @@ def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, not
             if seen is not None:
                 seen.start_file(i)
             results += check_batches(_parquet_batches(f, size), search_bound, seen)
-        return results
+        return settle_forwarding(results)
 
     def batches():
         for i, f in enumerate(where["files"]):
             if seen is not None:
                 seen.start_file(i)
             yield from (_jsonl_batches(f, size, report=notes) if is_jsonl(f) else _parquet_batches(f, size))
-    return check_batches(batches(), search_bound, seen)
+    return settle_forwarding(check_batches(batches(), search_bound, seen))
 
 
 def run_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, out: str | None = None,

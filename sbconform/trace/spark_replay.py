@@ -14,7 +14,7 @@ from sbreference.paths import ENTITY_KEY_PATTERNS
 from ..progress import LiveLine, SparkStages
 from .checker import DEFAULT_SEARCH_BOUND
 from .replay import (_REQUIRED, RESULT_DDL, TRACE_DDL, UNREAD, _is_remote, _jsonl_batches, _parquet_batches, check_batches,
-                     error_row, locate, result_schema, summarize, validate_batch)
+                     error_row, locate, result_schema, settle_forwarding, summarize, validate_batch)
 from .schema import FIELD_NAMES, TraceFormatError
 
 #: JSON Lines on Spark: Spark's reader (permissive) makes a line it cannot parse a row of nulls,
@@ -241,7 +241,7 @@ def replay_spark(paths: list[str], out: str, master: str | None = "local[*]", se
                 # than events, and one Spark job instead of a write and a read
                 rows = [r.asDict() for r in result.collect()]
         notes: list[str] = []
-        rows = _settle_bad_lines(rows, where["files"], notes)
+        rows = settle_forwarding(_settle_bad_lines(rows, where["files"], notes))  # across tasks: on the driver
         if not _is_remote(out):
             _write_results(rows, Path(out))
     finally:
