@@ -14,7 +14,7 @@ Feature: Peek (browse)
   Scenario: Peek starts at a sequence number and returns at most the count asked for
     Given messages "m1", "m2", "m3", "m4" are sent to "q"
     When peeking 2 messages of "q" from the sequence number of "m2"
-    Then the peek shows "m2", "m3"
+    Then the peek shows "m2", "m3", or fewer of them from the first
 
   @SETTLE-PEEK-003 @needs:deferral @needs:scheduling
   Scenario: Peek shows locked, deferred and scheduled messages, each with its state

@@ -448,6 +448,15 @@ def peek_result(world: World, ids: str) -> None:
     assert found == quoted(ids), f"peek shows {found}"
 
 
+@step(r"the peek shows (?P<ids>" + IDS + r"), or fewer of them from the first")
+def peek_result_prefix(world: World, ids: str) -> None:
+    """SETTLE-PEEK-002: "there's no way to guarantee a minimum size for the batch" (message-browsing): a peek
+    may return fewer messages than asked for, in order from where it starts, but not none while there are some."""
+    found = [m.message_id for m in world.peeked]
+    expected = quoted(ids)
+    assert found and found == expected[: len(found)], f"peek shows {found}, expected {expected} or a beginning of it"
+
+
 @step(r'the dead-letter queue of "(?P<entity>[^"]+)" holds "(?P<mid>[^"]+)" with reason "(?P<reason>[^"]+)"')
 def dead_letter_holds(world: World, entity: str, mid: str, reason: str) -> None:
     m = _peeked(world, f"{entity}/$DeadLetterQueue", mid)
