@@ -19,7 +19,7 @@ from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, Pa
 from .paths import SUBSCRIPTIONS, parse
 from .rules import Rule, check_filter_quota
 from .store import MessageStore
-from .tiers import TIERS, check_entity
+from .tiers import TIERS, capped_time_to_live, check_entity
 
 #: Queues and topics per namespace (Basic/Standard), partitioned ones counting as one each (PART-LIMIT-003).
 MAX_ENTITIES = 10_000
@@ -64,8 +64,7 @@ class Provisioning:
             description is None or description.max_message_size == EntityDescription().max_message_size
         ):
             d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
-        if "default_message_time_to_live" not in properties and d.default_message_time_to_live == EntityDescription().default_message_time_to_live:
-            d = d.with_changes(default_message_time_to_live=TIERS[self.sku].max_message_time_to_live)  # SETTLE-TIER-005: unset: Basic's 14 days
+        d = capped_time_to_live(self.sku, d)  # SETTLE-TIER-005: Basic's 14 days
         check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
         if len(path.strip("/")) > MAX_PATH_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
@@ -100,7 +99,7 @@ class Provisioning:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' cannot be updated; update its entity.")
         owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
         current = owner.description
-        new = current.with_changes(**changes).validate(owner.kind)
+        new = capped_time_to_live(self.sku, current.with_changes(**changes).validate(owner.kind))  # SETTLE-TIER-005
         check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
         if new.forward_to != current.forward_to:
             self._check_forward_to(owner.path, new.forward_to)
@@ -145,7 +144,7 @@ class Provisioning:
         topic = self._entity(topic_path)
         if topic.kind != "topic":
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
-        d = (description or EntityDescription()).with_changes(**properties).validate("subscription")
+        d = capped_time_to_live(self.sku, (description or EntityDescription()).with_changes(**properties).validate("subscription"))
         check_entity(self.sku, "subscription", d)
         if len(name) > MAX_NAME_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The subscription name of {len(name)} characters is longer than {MAX_NAME_LENGTH}.", transient=False)

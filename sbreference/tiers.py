@@ -83,6 +83,17 @@ def _refuse(feature: str, tier: Tier) -> ServiceBusError:
     )
 
 
+def capped_time_to_live(sku: str, description):
+    """SETTLE-TIER-005: the description with its default message time to live held to the tier's
+    ceiling (Basic: 14 days, "the default (also maximum) expiration time"). Held, not refused: the .NET
+    CreateQueueOptions sends TimeSpan.MaxValue unless told otherwise, so a refusal would refuse every
+    Basic queue it creates; the page names no error (reading)."""
+    ceiling = TIERS[sku].max_message_time_to_live
+    if description.default_message_time_to_live <= ceiling:
+        return description
+    return description.with_changes(default_message_time_to_live=ceiling)
+
+
 def check_entity(sku: str, kind: str, description) -> None:
     """Refuse what the namespace's tier does not allow (SETTLE-TIER-001..004)."""
     tier = TIERS[sku]
@@ -107,13 +118,6 @@ def check_entity(sku: str, kind: str, description) -> None:
             ErrorCode.ARGUMENT_ERROR,
             f"max message size {size} bytes is not allowed on the {tier.name} tier "
             f"({low} {tier.max_message_size // KB} KB).",
-            transient=False,
-        )
-    if description.default_message_time_to_live > tier.max_message_time_to_live:  # SETTLE-TIER-005
-        raise ServiceBusError(
-            ErrorCode.ARGUMENT_ERROR,
-            f"default message time to live {description.default_message_time_to_live} ms is above the {tier.name} tier's "
-            f"{tier.max_message_time_to_live} ms.",
             transient=False,
         )
     if kind != "subscription":
