@@ -36,6 +36,10 @@ GB_IN_MB = 1024
 #: PART-LIMIT-001: in a partitioned Premium namespace a message (and a batch) is at most 1 MB (seed 003).
 PARTITIONED_PREMIUM_MESSAGE_SIZE = 1 * MB
 
+#: SETTLE-TIER-004: "The property 'MaxSizeInMegabytes', must be one of the following values:
+#: 1024;2048;3072;4096;5120" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-resource-manager-exceptions).
+STANDARD_ENTITY_SIZES = (1 * GB_IN_MB, 2 * GB_IN_MB, 3 * GB_IN_MB, 4 * GB_IN_MB, 5 * GB_IN_MB)
+
 #: SETTLE-TIER-005: "For the basic tier, the default (also maximum) expiration time is 14 days"
 #: (https://learn.microsoft.com/azure/service-bus-messaging/message-expiration).
 BASIC_MAX_TIME_TO_LIVE = 14 * DAY
@@ -59,16 +63,20 @@ class Tier:
     max_partitioned_entity_megabytes: int
     #: SETTLE-TIER-005: an entity's default message time to live, unless set, and its ceiling.
     max_message_time_to_live: int = TIMESPAN_MAX
+    #: SETTLE-TIER-004: the sizes, from 1 GB up, a non-partitioned queue or topic may have (None: any up to the maximum).
+    entity_sizes_megabytes: tuple[int, ...] | None = None
 
 
 TIERS: dict[str, Tier] = {
     "basic": Tier("basic", topics=False, sessions=False, duplicate_detection=False, auto_forward=False, transactions=False,
                   max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
                   max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB,
-                  max_message_time_to_live=BASIC_MAX_TIME_TO_LIVE),
+                  max_message_time_to_live=BASIC_MAX_TIME_TO_LIVE,
+                  entity_sizes_megabytes=STANDARD_ENTITY_SIZES),
     "standard": Tier("standard", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
                      max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
-                     max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
+                     max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB,
+                     entity_sizes_megabytes=STANDARD_ENTITY_SIZES),
     "premium": Tier("premium", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
                     max_message_size=100 * MB, default_max_message_size=1 * MB, min_message_size=1 * KB,
                     max_entity_megabytes=80 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
@@ -122,6 +130,13 @@ def check_entity(sku: str, kind: str, description) -> None:
         )
     if kind != "subscription":
         ceiling = tier.max_partitioned_entity_megabytes if description.enable_partitioning else tier.max_entity_megabytes
+        sizes = None if description.enable_partitioning else tier.entity_sizes_megabytes
+        if sizes is not None and GB_IN_MB <= description.max_size_in_megabytes <= ceiling and description.max_size_in_megabytes not in sizes:
+            raise ServiceBusError(  # SETTLE-TIER-004: 1 to 5 GB in whole GB (below 1 GB: the small-quota extension)
+                ErrorCode.ARGUMENT_ERROR,
+                f"max size {description.max_size_in_megabytes} MB must be one of {';'.join(map(str, sizes))} on the {tier.name} tier.",
+                transient=False,
+            )
         if description.max_size_in_megabytes > ceiling:
             raise ServiceBusError(
                 ErrorCode.ARGUMENT_ERROR,

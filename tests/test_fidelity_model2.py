@@ -233,3 +233,19 @@ def test_basic_entities_keep_messages_14_days_at_most() -> None:
     assert peeked.expires_at == peeked.enqueued_time + 14 * DAY  # the entity default caps it (SETTLE-TTL-001)
     standard = Namespace(clock=VirtualClock())
     assert standard.create_queue("q").description.default_message_time_to_live > 14 * DAY
+
+
+@pytest.mark.clauses("SETTLE-TIER-004")
+def test_a_standard_entity_size_is_one_of_1_to_5_gb() -> None:
+    """Audit row ENT-007: "The property 'MaxSizeInMegabytes', must be one of the following values:
+    1024;2048;3072;4096;5120" (Resource Manager exceptions). The model took any size up to 5 GB
+    (sizes under 1 GB stay an extension: capability small-quota)."""
+    for sku in ("basic", "standard"):
+        ns = Namespace(clock=VirtualClock(), sku=sku)
+        for size in (1024, 2048, 3072, 4096, 5120, 1):
+            ns.create_queue(f"q{size}", max_size_in_megabytes=size)
+        fails(ErrorCode.ARGUMENT_ERROR, ns.create_queue, "odd", max_size_in_megabytes=1500)
+        fails(ErrorCode.ARGUMENT_ERROR, ns.update, "q1024", max_size_in_megabytes=2000)
+    ns = Namespace(clock=VirtualClock())
+    ns.create_topic("t", max_size_in_megabytes=3072)
+    fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, "odd", max_size_in_megabytes=4000)

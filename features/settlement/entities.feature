@@ -57,6 +57,8 @@ Feature: Topics, sequence numbers and entity descriptions
     Then the operation fails with "argument-error"
     And a queue "five" with max size 5120 MB is created
     And the operation succeeds
+    And a queue "odd" with max size 1500 MB is created
+    And the operation fails with "argument-error"
 
   @SETTLE-SEND-008
   Scenario: A message id longer than 128 characters is refused
