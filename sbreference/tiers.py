@@ -63,6 +63,8 @@ class Tier:
     max_partitioned_entity_megabytes: int
     #: SETTLE-TIER-005: an entity's default message time to live, unless set, and its ceiling.
     max_message_time_to_live: int = TIMESPAN_MAX
+    #: SETTLE-TIER-003: whether an entity may be deleted on idle (AutoDeleteOnIdle other than never).
+    auto_delete_on_idle: bool = True
     #: SETTLE-TIER-004: the sizes, from 1 GB up, a non-partitioned queue or topic may have (None: any up to the maximum).
     entity_sizes_megabytes: tuple[int, ...] | None = None
 
@@ -71,7 +73,7 @@ TIERS: dict[str, Tier] = {
     "basic": Tier("basic", topics=False, sessions=False, duplicate_detection=False, auto_forward=False, transactions=False,
                   max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
                   max_entity_megabytes=5 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB,
-                  max_message_time_to_live=BASIC_MAX_TIME_TO_LIVE,
+                  max_message_time_to_live=BASIC_MAX_TIME_TO_LIVE, auto_delete_on_idle=False,
                   entity_sizes_megabytes=STANDARD_ENTITY_SIZES),
     "standard": Tier("standard", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
                      max_message_size=256 * KB, default_max_message_size=256 * KB, min_message_size=None,
@@ -113,6 +115,10 @@ def check_entity(sku: str, kind: str, description) -> None:
         raise _refuse("duplicate detection", tier)
     if (description.forward_to is not None or description.forward_dead_lettered_messages_to is not None) and not tier.auto_forward:
         raise _refuse("auto-forwarding", tier)
+    if description.auto_delete_on_idle < TIMESPAN_MAX and not tier.auto_delete_on_idle:
+        # SETTLE-TIER-003: on Basic "the below properties can't be set or updated - ... AutoDeleteOnIdle"
+        # (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-resource-manager-exceptions)
+        raise _refuse("auto-delete-on-idle", tier)
     size = description.max_message_size
     if tier.name == "premium" and description.enable_partitioning and size > PARTITIONED_PREMIUM_MESSAGE_SIZE:
         raise ServiceBusError(  # PART-LIMIT-001

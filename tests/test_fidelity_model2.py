@@ -249,3 +249,17 @@ def test_a_standard_entity_size_is_one_of_1_to_5_gb() -> None:
     ns = Namespace(clock=VirtualClock())
     ns.create_topic("t", max_size_in_megabytes=3072)
     fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, "odd", max_size_in_megabytes=4000)
+
+
+@pytest.mark.clauses("SETTLE-TIER-003")
+def test_basic_entities_cannot_be_deleted_on_idle() -> None:
+    """Audit row TIER-014: on Basic, AutoDeleteOnIdle "can't be set or updated" (Resource Manager
+    exceptions: "The property 'property name' can't be set when creating a Queue because the namespace
+    'namespace name' is using the 'Basic' Tier."). Its default, TimeSpan.MaxValue (never), is accepted."""
+    from sbreference import HOUR, TIMESPAN_MAX
+
+    ns = Namespace(clock=VirtualClock(), sku="basic")
+    fails(ErrorCode.INVALID_OPERATION, ns.create_queue, "q", auto_delete_on_idle=HOUR)
+    ns.create_queue("q", auto_delete_on_idle=TIMESPAN_MAX)
+    fails(ErrorCode.INVALID_OPERATION, ns.update, "q", auto_delete_on_idle=HOUR)
+    Namespace(clock=VirtualClock()).create_queue("q", auto_delete_on_idle=HOUR)
