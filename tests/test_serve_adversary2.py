@@ -372,3 +372,20 @@ def test_schedule_message_measures_each_message_as_sent(roomy: InProcess) -> Non
     assert reply is not None and reply.properties["statusCode"] == 400, None if reply is None else reply.properties
     assert str(reply.properties["errorCondition"]) == "amqp:link:message-size-exceeded"
     assert roomy.held("open") == 0
+
+
+# ------------------------------------------------------------ long paths
+def test_a_link_to_an_address_of_many_segments_is_refused_at_once(srv: InProcess) -> None:
+    """An ATTACH, no token needed, to 'a/a/a/...' (100 KB, within one frame): the server checked
+    a token for each of the path's 50,000 parents, each joined anew (quadratic: 16 s of the
+    server's one thread for this one frame, half an hour for a frame of 1 MiB), serving no one
+    meanwhile. No entity path Service Bus could name is that long ([naming]); it is refused at once."""
+    c = RawClient(srv.port)
+    c.open_session()
+    started = time.monotonic()
+    c.send(attach("long", 3, "a/" * 50_000, True))
+    c.read(3, until=lambda f: f.of(DETACH))
+    assert c.frames.of(DETACH), "no answer to the ATTACH within 3 s"
+    assert time.monotonic() - started < 3
+    assert condition_of(c.frames.of(DETACH)[0][2]) in ("amqp:not-found", "amqp:unauthorized-access")
+    served(srv.port)

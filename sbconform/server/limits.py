@@ -82,6 +82,12 @@ class Limits:
 #: AMQP 1.0 2.7.1: MIN-MAX-FRAME-SIZE, the least max-frame-size a peer may advertise
 MIN_MAX_FRAME_SIZE = 512
 
+#: the longest entity path the server reads (an address, a token's name): a queue or topic name
+#: is at most 260 characters, a subscription's 50 (sbspec/wire.md 4, [naming]), so with
+#: '/Subscriptions/', a subqueue and '/$management' no path that names anything is near this;
+#: a longer one is refused before anything else looks at it
+MAX_PATH = 1024
+
 
 # AMQP 1.0 part 3, 3.2.5: "The keys of this map are restricted to be of type string (which
 # excludes the possibility of a null key) and the values are restricted to be of simple

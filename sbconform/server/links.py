@@ -18,6 +18,7 @@ from sbreference import paths
 
 from . import coordinator
 from . import values as v
+from .limits import MAX_PATH
 from .state import ConnState, LinkInfo, Receiving
 
 
@@ -190,12 +191,15 @@ class Links:
 
     def _authorize(self, state: ConnState, path: str, now: float | None = None) -> None:
         """A token covering ``path`` and not expired, or UNAUTHORIZED. Called at attach, for
-        every transfer and management request, and every second for open links."""
+        every transfer and management request, and every second for open links. A path longer
+        than any entity's (``MAX_PATH``) names none: NOT_FOUND, before its parents are looked at."""
+        if len(path) > MAX_PATH:
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"No entity has a path of {len(path)} characters (at most {MAX_PATH}).")
         want = path.lower()
         now = time.time() if now is None else now
         expired = False
-        parts = want.split("/")
-        for audience in ["", *("/".join(parts[:i]) for i in range(1, len(parts) + 1))]:  # the path and its parents
+        ends = [i for i, char in enumerate(want) if char == "/"] + [len(want)]
+        for audience in ["", *(want[:end] for end in ends)]:  # the path and its parents
             expiry = state.audiences.get(audience)
             if expiry is not None:
                 if expiry > now:
