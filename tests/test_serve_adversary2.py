@@ -389,3 +389,29 @@ def test_a_link_to_an_address_of_many_segments_is_refused_at_once(srv: InProcess
     assert time.monotonic() - started < 3
     assert condition_of(c.frames.of(DETACH)[0][2]) in ("amqp:not-found", "amqp:unauthorized-access")
     served(srv.port)
+
+
+def test_a_token_for_a_name_no_entity_could_have_is_refused_and_not_kept(roomy: InProcess) -> None:
+    """A put-token whose name is a long path under the namespace (its token, for the namespace,
+    covers it) was kept as one of the connection's --max-tokens audiences: 10,000 names of 4 MB
+    each on one connection."""
+    from proton import Message as AmqpMessage
+
+    from sbconform.amqp.sas import make_token
+    from serve_support import KEY_NAME, KEY
+
+    c = RawClient(roomy.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    namespace = f"sb://localhost:{roomy.port}"
+    name = f"{namespace}/{'x' * 500_000}"
+    request = AmqpMessage(id="long", body=make_token(namespace, KEY_NAME, KEY),
+                          properties={"operation": "put-token", "type": "jwt", "name": name})
+    before = len(c.frames.of(TRANSFER))
+    c.send(c.transfer(0, request.encode()))
+    c.read(3, until=lambda f: len(f.of(TRANSFER)) > before)
+    reply = AmqpMessage()
+    reply.decode(c.frames.of(TRANSFER)[-1][3])
+    assert reply.correlation_id == "long" and reply.properties["status-code"] == 401, reply.properties
+    kept = roomy.on_loop(lambda: max(sum(map(len, s.audiences)) for s in roomy.server.conns.values()))
+    assert kept < 1000, f"{kept} characters of audiences kept"

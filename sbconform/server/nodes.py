@@ -17,7 +17,7 @@ from sbreference import ServiceBusError
 from ..amqp import codec
 from . import control, management
 from . import values as v
-from .limits import Refused
+from .limits import MAX_PATH, Refused
 from .management import Changes
 from ..amqp.sas import TokenError, check_grant, check_token, names_this_namespace
 from .state import ConnState
@@ -48,6 +48,8 @@ class Nodes:
                 raise TokenError(f"the token's audience names the namespace {host!r}, not this one "
                                  f"({state.connection.remote_hostname or 'localhost'!r})")
             path = (name if url is None else url.path).strip("/").lower()
+            if len(path) > MAX_PATH:  # names no entity: never kept among the connection's audiences
+                raise TokenError(f"the token's name is {len(path)} characters long: no entity has such a path (at most {MAX_PATH})")
             if len(state.audiences) >= self.limits.max_tokens and path not in state.audiences:
                 raise TokenError(f"more than {self.limits.max_tokens} tokens on one connection (--max-tokens)")
             state.audiences[path] = max(expiry, state.audiences.get(path, 0))
