@@ -112,6 +112,7 @@ class FrameScanner:
         self.buffer = bytearray()
         self.skip_bytes = 0
         self.names: dict[tuple[int, int], str] = {}  # (channel, handle) -> link name
+        self.handles: dict[int, set[int]] = {}  # channel -> the handles ``names`` holds on it (END forgets them)
         self.formats: dict[tuple[str, bytes], int] = {}  # (link name, tag) -> message format
         self.broken = False
 
@@ -178,11 +179,14 @@ class FrameScanner:
             handle = read_uint(body, fields[1])
             if name is not None and len(self.names) < 100_000:
                 self.names[(channel, handle or 0)] = name.decode("utf-8", "replace")
+                self.handles.setdefault(channel, set()).add(handle or 0)
         elif descriptor == DETACH and len(fields) >= 1:  # the handle is free again: forget it
-            self.names.pop((channel, read_uint(body, fields[0]) or 0), None)
+            handle = read_uint(body, fields[0]) or 0
+            self.names.pop((channel, handle), None)
+            self.handles.get(channel, set()).discard(handle)
         elif descriptor == END:  # the session's links end with it (AMQP 1.0 part 2, 2.5.5): forget them all
-            for key in [key for key in self.names if key[0] == channel]:
-                del self.names[key]
+            for handle in self.handles.pop(channel, ()):
+                self.names.pop((channel, handle), None)
 
     def message_format(self, link_name: str, tag: bytes) -> int:
         return self.formats.pop((link_name, tag), 0)
