@@ -85,3 +85,23 @@ def dead_letter_path(path: str) -> str:
 
 def subscription_path(topic: str, name: str) -> str:
     return f"{topic}/Subscriptions/{name}"
+
+
+#: SETTLE-ENT-002: "Entity segments can contain only letters, numbers, periods(.), hyphens(-), and underscores(_).
+#: Any other characters cause the request to fail."
+#: (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-resource-manager-exceptions)
+SEGMENT_PUNCTUATION = "._-"
+
+
+def name_problem(name: str, segments: bool) -> str | None:
+    """Why Service Bus refuses ``name`` as a queue or topic path (``segments``: slash-separated segments,
+    "Cannot start or end with a slash", QueueProperties.Name) or as a subscription name, or None.
+    Letters and digits are taken as Python reads them (the page does not say ASCII only)."""
+    parts = name.split("/") if segments else [name]
+    if any(not part for part in parts):
+        return f"{name!r} has an empty segment (it may not start or end with a slash, nor hold two in a row)"
+    for part in parts:
+        bad = sorted({ch for ch in part if not (ch.isalnum() or ch in SEGMENT_PUNCTUATION)})
+        if bad:
+            return f"{name!r} contains {''.join(bad)!r}: entity segments can contain only letters, numbers, periods, hyphens and underscores"
+    return None

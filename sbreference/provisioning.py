@@ -16,7 +16,7 @@ from .entity import Entity, Queue, Subscription, Topic
 from .errors import ErrorCode, ServiceBusError
 from .message import State
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
-from .paths import SUBSCRIPTIONS, parse
+from .paths import SUBSCRIPTIONS, name_problem, parse
 from .rules import Rule, check_filter_quota
 from .store import MessageStore
 from .tiers import TIERS, capped_time_to_live, check_entity
@@ -68,6 +68,8 @@ class Provisioning:
         check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
         if len(path.strip("/")) > MAX_PATH_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
+        if (problem := name_problem(path, segments=True)) is not None:  # SETTLE-ENT-002
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"Invalid entity path: {problem}.", transient=False)
         self._check_forward_to(path, d.forward_to)
         self._check_forward_to(path, d.forward_dead_lettered_messages_to)
         if path.lower() not in self.entities:
@@ -148,6 +150,8 @@ class Provisioning:
         check_entity(self.sku, "subscription", d)
         if len(name) > MAX_NAME_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The subscription name of {len(name)} characters is longer than {MAX_NAME_LENGTH}.", transient=False)
+        if (problem := name_problem(name, segments=False)) is not None:  # SETTLE-ENT-002
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"Invalid subscription name: {problem}.", transient=False)
         if name.lower() not in topic.subscriptions and len(topic.subscriptions) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
             raise ServiceBusError(
                 ErrorCode.QUOTA_EXCEEDED, f"The topic '{topic.path}' already has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions.", transient=False

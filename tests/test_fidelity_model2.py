@@ -263,3 +263,24 @@ def test_basic_entities_cannot_be_deleted_on_idle() -> None:
     ns.create_queue("q", auto_delete_on_idle=TIMESPAN_MAX)
     fails(ErrorCode.INVALID_OPERATION, ns.update, "q", auto_delete_on_idle=HOUR)
     Namespace(clock=VirtualClock()).create_queue("q", auto_delete_on_idle=HOUR)
+
+
+# ------------------------------------------------------------ names
+
+
+@pytest.mark.clauses("SETTLE-ENT-002")
+def test_entity_names_are_letters_digits_periods_hyphens_and_underscores() -> None:
+    """Audit row ENT-029: "Entity segments can contain only letters, numbers, periods(.), hyphens(-), and
+    underscores(_). Any other characters cause the request to fail." (Resource Manager exceptions); a queue
+    or topic path is segments joined by slashes, and "Cannot start or end with a slash" (QueueProperties.Name).
+    The model took any characters."""
+    ns = Namespace(clock=VirtualClock())
+    for good in ("q", "Orders.v2-eu_1", "app/orders", "a/b/c"):
+        ns.create_queue(good)
+    ns.create_topic("t")
+    ns.create_subscription("t", "sub.v2-eu_1")
+    for bad in ("a b", "q!", "q$x", "q#", "q?x", "q*", "q@x", "a//b", "/lead", "trail/"):
+        fails(ErrorCode.ARGUMENT_ERROR, ns.create_queue, bad)
+        fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, bad)
+    for bad in ("a b", "s$", "a/b", "s#"):
+        fails(ErrorCode.ARGUMENT_ERROR, ns.create_subscription, "t", bad)

@@ -103,6 +103,13 @@ Feature: Topics, sequence numbers and entity descriptions
     And receiver "C" on "dst" receives 1 message
     And receiver "C" got "m1"
 
+  @SETTLE-ENT-002 @needs:entity-management
+  Scenario: An entity name with a character Service Bus does not allow is refused
+    When a queue named "no spaces" is created
+    Then the operation is refused
+    And a queue named "dots.dashes-and_underscores" is created
+    And the operation succeeds
+
   @SETTLE-ENT-002 @needs:entity-management @needs:topics
   Scenario: Entity paths and subscription names stay within their lengths
     Given a topic "t" with subscriptions "s1"

@@ -70,6 +70,11 @@ def update_forwarding(world: World, entity: str, dest: str) -> None:
     world.attempt(world.target.update_entity, world.path(entity), forward_to=target)
 
 
+@step(r'a queue named "(?P<name>[^"]+)" is created')
+def try_create_named_queue(world: World, name: str) -> None:
+    world.attempt(world.target.create_queue, name)
+
+
 @step(r'a queue with a name of (?P<n>\d+) characters is created')
 def try_create_long_queue(world: World, n: str) -> None:
     world.attempt(world.target.create_queue, "q" * int(n))
