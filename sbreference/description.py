@@ -94,11 +94,11 @@ class EntityDescription:
         if self.auto_delete_on_idle < 5 * MINUTE:  # SETTLE-ENT-002
             problems.append(f"auto_delete_on_idle must be at least 5 minutes, got {self.auto_delete_on_idle} ms")
         if self.requires_session and self.forward_to is not None:
-            # SETTLE-FWD-001: a session-enabled queue or subscription cannot auto-forward; Service Bus
-            # answers 400 Bad Request (https://github.com/Azure/azure-service-bus/issues/317). The
-            # Service Bus team, https://github.com/Azure/azure-service-bus/issues/660: "This is not
-            # possible indeed." (The destination may require sessions; dead-letter forwarding is not
-            # concerned.) Audit row ENT-027.
+            # SETTLE-FWD-001: "A session-enabled queue or subscription can't be the source of autoforwarding
+            # ... setting ForwardTo on a session-enabled queue or subscription fails. Autoforwarding into a
+            # session-enabled destination is supported" (https://learn.microsoft.com/azure/service-bus-messaging/
+            # service-bus-auto-forwarding); 400 Bad Request (https://github.com/Azure/azure-service-bus/issues/317).
+            # Dead-letter forwarding is not concerned. Audit row ENT-027.
             problems.append("a queue or subscription that requires sessions cannot auto-forward (forward_to)")
         if problems:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"invalid {kind} description: " + "; ".join(problems))

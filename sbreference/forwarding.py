@@ -2,7 +2,8 @@
 
 A queue or subscription with ForwardTo hands every message on to its destination, and one with
 ForwardDeadLetteredMessagesTo hands on what it dead-letters: no user receives from them there.
-Microsoft's reference of CreateQueueOptions.ForwardTo
+"Service Bus doesn't allow creating a message receiver on a source entity with autoforwarding enabled"
+(https://learn.microsoft.com/azure/service-bus-messaging/service-bus-auto-forwarding). Microsoft's reference of CreateQueueOptions.ForwardTo
 (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.administration.createqueueoptions.forwardto):
 "If set, user cannot manually receive messages from this queue."; of
 ForwardDeadLetteredMessagesTo
