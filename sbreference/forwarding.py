@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .clock import TIMESPAN_MAX
 from .errors import ErrorCode, ServiceBusError
 from .paths import parse
 
@@ -44,3 +45,12 @@ def refuse_receiver(path: str, destination: str | None) -> None:
             f"Cannot create a message receiver on an entity with auto-forwarding enabled: '{path}' forwards to '{destination}'.",
             transient=False,
         )
+
+
+def never_idle_when_forwarding(description: Any) -> Any:
+    """SETTLE-FWD-001: "When autoforwarding is setup, the value for AutoDeleteOnIdle on the source entity is
+    automatically set to the maximum value of the data type" (service-bus-auto-forwarding): a source
+    forwards, which counts as receiving, so it is never idle. The destination keeps its own."""
+    if description.forward_to is None or description.auto_delete_on_idle == TIMESPAN_MAX:
+        return description
+    return description.with_changes(auto_delete_on_idle=TIMESPAN_MAX)

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from .description import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription
 from .entity import Entity, Queue, Subscription, Topic
+from .forwarding import never_idle_when_forwarding
 from .errors import ErrorCode, ServiceBusError
 from .message import State
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
@@ -64,7 +65,7 @@ class Provisioning:
             description is None or description.max_message_size == EntityDescription().max_message_size
         ):
             d = d.with_changes(max_message_size=TIERS["premium"].default_max_message_size)  # SETTLE-TIER-002
-        d = capped_time_to_live(self.sku, d)  # SETTLE-TIER-005: Basic's 14 days
+        d = never_idle_when_forwarding(capped_time_to_live(self.sku, d))  # SETTLE-TIER-005: Basic's 14 days; SETTLE-FWD-001
         check_entity(self.sku, kind, d)  # SETTLE-TIER-001..004
         if len(path.strip("/")) > MAX_PATH_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The entity path of {len(path)} characters is longer than {MAX_PATH_LENGTH}.", transient=False)
@@ -101,7 +102,7 @@ class Provisioning:
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{path}' cannot be updated; update its entity.")
         owner = entity.subscriptions[store.path.rsplit("/", 1)[-1].lower()] if store is not None else entity
         current = owner.description
-        new = capped_time_to_live(self.sku, current.with_changes(**changes).validate(owner.kind))  # SETTLE-TIER-005
+        new = never_idle_when_forwarding(capped_time_to_live(self.sku, current.with_changes(**changes).validate(owner.kind)))
         check_entity(self.sku, owner.kind, new)  # SETTLE-TIER-001..004
         if new.forward_to != current.forward_to:
             self._check_forward_to(owner.path, new.forward_to)
@@ -146,7 +147,7 @@ class Provisioning:
         topic = self._entity(topic_path)
         if topic.kind != "topic":
             raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"'{topic_path}' is not a topic.")
-        d = capped_time_to_live(self.sku, (description or EntityDescription()).with_changes(**properties).validate("subscription"))
+        d = never_idle_when_forwarding(capped_time_to_live(self.sku, (description or EntityDescription()).with_changes(**properties).validate("subscription")))
         check_entity(self.sku, "subscription", d)
         if len(name) > MAX_NAME_LENGTH:
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The subscription name of {len(name)} characters is longer than {MAX_NAME_LENGTH}.", transient=False)

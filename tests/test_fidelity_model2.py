@@ -284,3 +284,23 @@ def test_entity_names_are_letters_digits_periods_hyphens_and_underscores() -> No
         fails(ErrorCode.ARGUMENT_ERROR, ns.create_topic, bad)
     for bad in ("a b", "s$", "a/b", "s#"):
         fails(ErrorCode.ARGUMENT_ERROR, ns.create_subscription, "t", bad)
+
+
+@pytest.mark.clauses("SETTLE-FWD-001")
+def test_a_forwarding_source_is_never_deleted_on_idle() -> None:
+    """Audit row ENT-030: "When autoforwarding is setup, the value for AutoDeleteOnIdle on the source entity
+    is automatically set to the maximum value of the data type" (service-bus-auto-forwarding); the
+    destination keeps its own. The model kept the source's."""
+    from sbreference import HOUR, TIMESPAN_MAX
+
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("dst", auto_delete_on_idle=HOUR)
+    ns.create_queue("src", forward_to="dst", auto_delete_on_idle=HOUR)
+    assert ns.describe("src").auto_delete_on_idle == TIMESPAN_MAX
+    assert ns.describe("dst").auto_delete_on_idle == HOUR
+    ns.create_queue("late", auto_delete_on_idle=HOUR)
+    ns.update("late", forward_to="dst")
+    assert ns.describe("late").auto_delete_on_idle == TIMESPAN_MAX
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", forward_to="dst", auto_delete_on_idle=HOUR)
+    assert ns.describe("t/Subscriptions/s").auto_delete_on_idle == TIMESPAN_MAX
