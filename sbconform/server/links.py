@@ -154,13 +154,27 @@ class Links:
         r.conn.receivers.append(r)
         return True
 
-    def _retry_sessions(self, state: ConnState, now: float) -> None:
+    def _retry_sessions(self, state: ConnState, now: float, keys: Any = None) -> None:
+        """Try the receivers waiting for a session again: those whose entity is in ``keys`` (None:
+        every one), and any whose deadline has come (its last try). A next-available try that
+        found no session in an entity is not repeated for the others waiting on it in the same
+        round (they would find none either)."""
         still = []
+        none_left: set[str] = set()  # entities a next-available try just found no session in
+        answered = False
         for r in state.pending_sessions:
-            if not self._try_session(r, r.pending_session_id, final=now >= r.deadline):
+            final = now >= r.deadline
+            if not final and ((keys is not None and r.key not in keys) or (r.pending_session_id is None and r.key in none_left)):
+                still.append(r)
+            elif self._try_session(r, r.pending_session_id, final=final):
+                answered = True
+            else:
+                if r.pending_session_id is None:
+                    none_left.add(r.key)
                 still.append(r)
         state.pending_sessions = still
-        self._flush(state)
+        if answered:
+            self.touched.add(state)  # its ATTACH answered: flushed after this turn (_flush_all)
 
     def _link_properties(self, link: Link, path: str) -> None:
         """What Service Bus says on an entity link's ATTACH (sbspec/wire.md 4): the entity's

@@ -49,6 +49,9 @@ __all__ = ["CONDITIONS", "STATUS", "ConnState", "LinkInfo", "Limits", "Receiving
 
 log = logging.getLogger("sbconform.serve")
 
+#: no entity changed: ``_retry_sessions`` then tries only the waits whose deadline came
+NOTHING_CHANGED: frozenset = frozenset()
+
 #: the one mapping of errors, in sbconform/amqp/codec.py
 CONDITIONS = codec.CONDITIONS
 STATUS = codec.STATUS
@@ -187,9 +190,10 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
         if waited:  # time acts on the entities receivers wait on (the others when next asked)
             self.dirty.update(self.namespace.tick_due(self.clock.now, waited))
         mono = time.monotonic()
-        for state in list(self.conns.values()):
+        every_second = mono >= self._next_tick
+        for state in list(self.conns.values()):  # sessions waited for: at their deadline; all of them once a second
             if state.pending_sessions:
-                self._guard(state, self._retry_sessions, state, mono)
+                self._guard(state, self._retry_sessions, state, mono, None if every_second else NOTHING_CHANGED)
         if self._accept_paused_until and mono >= self._accept_paused_until:
             self._accept_paused_until = 0.0
             self._listen(True)  # try again (a failed accept pauses it anew, without a new line)
@@ -204,13 +208,16 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
         self.dirty.update(k for k, v in self.waiting.items() if v)
 
     def _serve_dirty(self) -> None:
+        changed = set()
         while self.dirty:
             key = self.dirty.pop()
+            changed.add(key)
             for r in list(self.waiting.get(key, ())):
                 self._guard(r.conn, self._serve, r)
-        for state in list(self.conns.values()):
-            if state.pending_sessions:
-                self._guard(state, self._retry_sessions, state, time.monotonic())
+        if changed:  # the receivers waiting for a session of an entity that changed (not every one, every turn)
+            for state in list(self.conns.values()):
+                if state.pending_sessions:
+                    self._guard(state, self._retry_sessions, state, time.monotonic(), changed)
 
 
 def serve_in_thread(config: Config | None = None, host: str = "127.0.0.1", port: int = 0, limits: Limits | None = None):
