@@ -107,6 +107,8 @@ class Links:
                 return
             r.session_id = None
             state.pending_sessions.append(r)
+            state.session_keys.add(r.key)
+            state.session_due = min(state.session_due, r.deadline)
             r.pending_session_id = session_id
             return
         link.open()
@@ -159,6 +161,8 @@ class Links:
         every one), and any whose deadline has come (its last try). A next-available try that
         found no session in an entity is not repeated for the others waiting on it in the same
         round (they would find none either)."""
+        if keys is not None and now < state.session_due and state.session_keys.isdisjoint(keys):
+            return  # (the common turn: nothing it waits on changed, no deadline came)
         still = []
         none_left: set[str] = set()  # entities a next-available try just found no session in
         answered = False
@@ -173,6 +177,8 @@ class Links:
                     none_left.add(r.key)
                 still.append(r)
         state.pending_sessions = still
+        state.session_keys = {r.key for r in still}
+        state.session_due = min((r.deadline for r in still), default=float("inf"))
         if answered:
             self.touched.add(state)  # its ATTACH answered: flushed after this turn (_flush_all)
 

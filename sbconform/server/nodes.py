@@ -120,6 +120,7 @@ class Nodes:
             for state in self.conns.values():
                 for r in state.pending_sessions:
                     r.deadline -= changes.shifted_ms / 1000
+                state.session_due -= changes.shifted_ms / 1000
         if changes.everything:
             self._mark_all_dirty()
         if changes.keys:

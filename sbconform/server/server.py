@@ -162,8 +162,8 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
             if due is not None:
                 deadlines.append(self.clock.monotonic_of(due))
         for state in self.conns.values():
-            for r in state.pending_sessions:
-                deadlines.append(r.deadline)
+            if state.pending_sessions:
+                deadlines.append(state.session_due)  # (never later than its waits' earliest deadline)
         if self.conns:
             deadlines.append(now + 1.0)  # transports' idle-timeout ticks, open deadlines, token expiries
         if self._accept_paused_until:

@@ -144,6 +144,11 @@ class ConnState:
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
         self.receivers: list[Receiving] = []
         self.pending_sessions: list[Receiving] = []
+        # what its waits for a session are on: their entities and their earliest deadline (kept by
+        # ``Links._attach`` and ``_retry_sessions``; an ended wait may linger in them until the next
+        # full round, which only costs that round): a turn that changed none of them skips them all
+        self.session_keys: set[str] = set()
+        self.session_due = float("inf")
         self.events = selectors.EVENT_READ  # what the selector watches for on its socket
         self.closed = False
         self.clean_close = False
