@@ -29,7 +29,7 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
-from .coverage import kit_root
+from .coverage import collection_paths, kit_root
 from .report import build_report, load_expectations, selects, write_junit, write_report
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
@@ -162,7 +162,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     root = kit_root()
     # test arguments naming files or tests narrow the run to them; else every test of the kit
     options_only = _options_only(list(pytest_args), root)
-    tests = [] if len(options_only) < len(pytest_args) else [str(root / "tests")]
+    tests = [] if len(options_only) < len(pytest_args) else collection_paths(root, clauses, catalog)
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
         *(["-c", str(root / "pytest.ini")] if (root / "pytest.ini").exists() else []),
@@ -176,7 +176,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     if trace_dir is not None:
         command += ["--sb-trace", str(Path(trace_dir).resolve())]
     # a shard names its tests itself: it takes the test arguments that are not paths
-    base = [c for c in command if c != str(root / "tests")] + options_only
+    base = [c for c in command if c not in tests] + options_only
     command += list(pytest_args)
     env = {**os.environ, "HYPOTHESIS_PROFILE": hypothesis_profile, "SBCONFORM_CERTIFY_CHILD": "1"}
     env["SBCONFORM_SESSION"] = session = uuid.uuid4().hex[:12]  # labels the containers its tests start

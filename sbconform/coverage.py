@@ -151,3 +151,26 @@ def check(root: Path | str | None = None, catalog: Catalog | None = None) -> Cov
     if (root / "tests").is_dir():
         scan_tests(root / "tests", coverage, root)
     return coverage
+
+
+#: The test module that runs every scenario of features/ (``scenarios(".")``).
+FEATURES_MODULE = "tests/test_features.py"
+
+
+def collection_paths(root: Path, clauses: list[str], catalog: Catalog | None = None, coverage: Coverage | None = None) -> list[str]:
+    """What a run selecting ``clauses`` (``--clause`` patterns: ids, globs, areas; commas split
+    too) has pytest collect: the test files naming a selected clause (scenarios run in
+    ``FEATURES_MODULE``), found statically, for collecting every module costs seconds per test
+    process. No selection, or nothing found: the whole tests directory, as before. ``coverage``:
+    ``check(root, catalog)`` done already."""
+    from .report import selects
+
+    patterns = [p.strip() for arg in clauses for p in arg.split(",") if p.strip()]
+    files: set[str] = set()
+    if patterns:
+        coverage = coverage or check(root, catalog)
+        for use in coverage.uses:
+            clause = coverage.catalog.clauses.get(use.clause)
+            if clause is not None and any(selects(p, clause) for p in patterns):
+                files.add(FEATURES_MODULE if use.kind == "scenario" else use.where.rsplit(":", 1)[0])
+    return [str(Path(root) / f) for f in sorted(files)] or [str(Path(root) / "tests")]

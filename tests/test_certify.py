@@ -312,3 +312,6 @@ def test_a_relative_report_dir_is_the_users_directory(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "rel" / "report.json").is_file() and not (REPO / "rel").exists()
+    # a narrowed run collects only the files naming its clauses (tests/test_certify_selection.py)
+    log = (tmp_path / "rel" / "run.log").read_text()
+    assert " deselected" in log and int(log.split(" deselected")[0].rsplit(" ", 1)[-1]) < 500, log[-500:]
