@@ -520,3 +520,37 @@ def test_receivers_waiting_for_a_session_cost_other_clients_little_time() -> Non
         assert beside < 2.5 * alone + 0.0005, f"{beside * 1000:.2f} ms a send beside 2,970 waits, {alone * 1000:.2f} ms alone"
     finally:
         srv.stop()
+
+
+# ------------------------------------------------------------ deliveries in progress
+def test_deliveries_in_progress_on_one_connection_are_bounded_together(srv: InProcess) -> None:
+    """--max-delivery-size bounded each delivery, but not the deliveries a connection has in
+    progress at once: one partial delivery on each of many links (links to $cbs: no token
+    needed) was held whole by the server, 3.6 MB a link (60 links: 210 MB; 999: 3.6 GB per
+    connection). Together they are bounded by --max-delivery-size too (256 kB here); past it the
+    connection is closed (amqp:resource-limit-exceeded), and others are served."""
+    c = RawClient(srv.port)
+    c.open_session()
+    c.send(*[attach(f"cbs-{h}", h, "$cbs", True) for h in range(10)])
+    c.read(1, until=lambda f: len(f.of(ATTACH)) >= 10)
+    chunk = b"\x00" * 40_000
+    for h in range(10):  # 10 x 80 kB in progress: 800 kB, each delivery well under the limit
+        c.send(c.transfer(h, chunk, more=True), transfer(h, 0, b"", chunk, more=True, continuation=True))
+        c.read(0.02)
+        if c.closed:
+            break
+    c.read(2, until=lambda f: f.of(CLOSE))
+    assert [condition_of(p[2]) for p in c.frames.of(CLOSE)] == ["amqp:resource-limit-exceeded"]
+    served(srv.port)
+
+
+def test_deliveries_completed_one_after_the_other_do_not_add_up(srv: InProcess) -> None:
+    c = authorized_sender(srv.port, "open")
+    for i in range(6):  # 6 x 200 kB, each in five frames: each done before the next
+        whole = message_bytes(b"y" * 200_000, f"big-{i}")
+        parts = [whole[k:k + 45_000] for k in range(0, len(whole), 45_000)]
+        before = len(c.frames.of(DISPOSITION))
+        c.send(c.transfer(5, parts[0], more=True),
+               *[transfer(5, 0, b"", part, more=k < len(parts) - 1, continuation=True) for k, part in enumerate(parts[1:], 1)])
+        assert outcome(c, before) == (ACCEPTED, None)
+    assert not c.closed and srv.active("open") == 6

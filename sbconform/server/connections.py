@@ -282,6 +282,7 @@ class ConnectionLoop:
         state.link_info.clear()
         state.reply_links.clear()
         state.fed.clear()
+        state.partial_bytes.clear()
         try:
             self.selector.unregister(state.sock)
         except (KeyError, ValueError):

@@ -212,7 +212,12 @@ class Deliveries:
                        f"A delivery over {limit} bytes (--max-delivery-size); the connection is closed.")
             return False
         if dlv.partial:
+            if state.partial_bytes.get(link) != dlv.pending and state.in_progress(link, dlv.pending) > limit:
+                self._shut(state, "amqp:resource-limit-exceeded",
+                           f"Deliveries in progress on this connection hold over {limit} bytes together (--max-delivery-size); "
+                           "the connection is closed.")
             return False
+        state.done(link)
         if role == "entity":
             try:
                 self._authorize(state, info.path)
@@ -228,6 +233,7 @@ class Deliveries:
         if dlv.pending > 0 and not dlv.aborted:  # (an aborted delivery is not read: recv fails on it)
             link.recv(dlv.pending)
         if not dlv.partial:
+            state.done(link)
             state.scanner.message_format(link.name, v.delivery_tag(dlv))
             link.advance()  # transfers on a link arrive one after the other: this is the current one
             dlv.settle()

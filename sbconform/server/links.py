@@ -254,6 +254,7 @@ class Links:
             info = state.link_info[link] = LinkInfo("detached")
         info.role = "detached"
         state.granted.discard(link)
+        state.done(link)  # a delivery in progress on it is dropped
         r = info.receiving
         if r is not None:
             self._detach(state, link, close=False)
@@ -267,6 +268,7 @@ class Links:
 
     def _detach(self, state: ConnState, link: Link, close: bool = True) -> None:
         state.granted.discard(link)
+        state.done(link)
         info = state.link_info.get(link)
         if info is not None and info.receiving is not None:
             r, info.receiving = info.receiving, None
@@ -298,6 +300,7 @@ class Links:
                 state.open_links.discard(link)  # ended with its session (AMQP 1.0 2.5.5)
                 state.granted.discard(link)
                 state.fed.discard(link)
+                state.done(link)
                 state.link_info.pop(link, None)  # freed with the session
         session.close()
         state.sessions.discard(session)
@@ -317,5 +320,6 @@ class Links:
         state.link_info.pop(link, None)
         state.granted.discard(link)
         state.fed.discard(link)
+        state.done(link)
         link.free()
 

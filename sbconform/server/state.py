@@ -149,6 +149,10 @@ class ConnState:
         # full round, which only costs that round): a turn that changed none of them skips them all
         self.session_keys: set[str] = set()
         self.session_due = float("inf")
+        # the bytes of each delivery in progress (more frames to come), by its link, and their sum:
+        # together bounded by --max-delivery-size (``Deliveries._admit``)
+        self.partial_bytes: dict[Link, int] = {}
+        self.partial_total = 0
         self.events = selectors.EVENT_READ  # what the selector watches for on its socket
         self.closed = False
         self.clean_close = False
@@ -178,6 +182,16 @@ class ConnState:
             self._link = Link.wrap(impl)
             self._link_address = address
         return self._link
+
+    def in_progress(self, link: Link, pending: int) -> int:
+        """The delivery in progress on ``link`` holds ``pending`` bytes so far; all of them now."""
+        self.partial_total += pending - self.partial_bytes.get(link, 0)
+        self.partial_bytes[link] = pending
+        return self.partial_total
+
+    def done(self, link: Link) -> None:
+        """No delivery in progress on ``link`` any more (completed, dropped, or the link gone)."""
+        self.partial_total -= self.partial_bytes.pop(link, 0)
 
     def next_tag(self) -> bytes:
         self.tag += 1
