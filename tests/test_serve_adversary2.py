@@ -554,3 +554,35 @@ def test_deliveries_completed_one_after_the_other_do_not_add_up(srv: InProcess) 
                *[transfer(5, 0, b"", part, more=k < len(parts) - 1, continuation=True) for k, part in enumerate(parts[1:], 1)])
         assert outcome(c, before) == (ACCEPTED, None)
     assert not c.closed and srv.active("open") == 6
+
+
+# ------------------------------------------------------------ replies nobody takes
+def test_replies_to_a_reply_link_without_credit_are_bounded_by_the_output_cap(srv: InProcess) -> None:
+    """A management reply link given no credit: every reply waited in the server for credit that
+    never came, and the output cap did not see them (it looked at output only while some was
+    framed): 200 peek requests (30 kB of input) grew the server by 800 MB. Past the cap a request
+    is refused (rejected, com.microsoft:server-busy) without being run."""
+    from sbreference import Message as ModelMessage
+
+    def fill() -> None:
+        conn = srv.server.namespace.connect()
+        for i in range(20):
+            srv.server.namespace.send(conn, "big", [ModelMessage(body=b"y" * 32_000, message_id=f"b{i}")])
+
+    srv.on_loop(fill)
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("big") == 200
+    c.send(attach("m", 10, "big/$management", True), attach("mr", 11, "big/$management", False))  # and never a FLOW
+    c.read(1, until=lambda f: len(f.of(ATTACH)) >= 4)
+    request = Message(id="r", reply_to="big/$management", properties={"operation": "com.microsoft:peek-message"},
+                      body={"from-sequence-number": 1, "message-count": 20}).encode()
+    for _ in range(10):
+        c.send(*[c.transfer(10, request) for _ in range(10)])
+        c.read(0.05)
+    c.read(1)
+    held = srv.on_loop(lambda: max(s.buffered() for s in srv.server.conns.values()))
+    assert held <= 512 * 1024 + 256 * 1024 + 64 * 1024, f"{held} bytes of replies held for a link without credit"
+    refused = [p for p in c.frames.of(DISPOSITION) if int(p[2].value[4].descriptor) == REJECTED]
+    assert refused and str(list(refused[-1][2].value[4].value[0].value)[0]) == "com.microsoft:server-busy"
+    served(srv.port)

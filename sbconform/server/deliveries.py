@@ -252,6 +252,14 @@ class Deliveries:
             self._mark_all_dirty()  # a commit's sends and abandons reach waiting receivers now
             return
         address = v.entity_path(link.remote_target.address)
+        if v.is_node(address) and state.buffered() > self.limits.max_output_buffer:
+            # its replies are not taken (a reply link without credit holds them, unseen by the
+            # throttle, which stops reading only while output is framed): refused, not run
+            dlv.local.condition = v.error("com.microsoft:server-busy", f"Over {self.limits.max_output_buffer} bytes of output wait for "
+                                          "this connection to take them (--max-output-buffer): the request is refused.")
+            dlv.update(Delivery.REJECTED)
+            dlv.settle()
+            return
         if address == "$cbs":
             try:
                 self._cbs(state, data)
