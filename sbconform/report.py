@@ -373,8 +373,47 @@ def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: b
 
 
 def is_report(data: Any) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("clauses"), dict) and isinstance(data.get("summary"), dict) \
-        and isinstance(data.get("target"), dict)
+    return report_problem(data) is None
+
+
+#: the summary's counts that compare and the HTML page show (numbers, never text)
+_COUNTS = STATUSES + ("strict_fail", "non_strict_fail", "informational_fail", "client_pass")
+
+
+def report_problem(data: Any) -> str | None:
+    """What in a report.json compare and the HTML page could not show (where, and what is
+    there), else None: every value they read has the type and, for a status, a value they know."""
+    def got(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in ("target", "clauses", "summary"))):
+        return "no target, clauses and summary"
+    for key in ("name", "image"):
+        if data["target"].get(key) is not None and not isinstance(data["target"][key], str):
+            return f"target.{key} must be text, got {got(data['target'][key])}"
+    for key in _COUNTS:
+        value = data["summary"].get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"summary.{key} must be a whole number, got {got(value)}"
+    if data["summary"].get("verdict") is not None and not isinstance(data["summary"]["verdict"], str):
+        return f"summary.verdict must be text, got {got(data['summary']['verdict'])}"
+    for cid, entry in data["clauses"].items():
+        if not isinstance(entry, dict):
+            return f"clauses.{cid} must be an object with a status, got {got(entry)}"
+        if entry.get("status") not in STATUSES:
+            return f"clauses.{cid}.status must be one of {', '.join(STATUSES)}, got {got(entry.get('status'))}"
+        for key in ("reason", "grade", "subject"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                return f"clauses.{cid}.{key} must be text, got {got(entry[key])}"
+        scenarios = entry.get("scenarios", [])
+        if not isinstance(scenarios, list):
+            return f"clauses.{cid}.scenarios must be a list, got {got(scenarios)}"
+        for n, sc in enumerate(scenarios):
+            if not (isinstance(sc, dict) and isinstance(sc.get("id"), str) and isinstance(sc.get("outcome"), str)
+                    and all(sc.get(k) is None or isinstance(sc[k], str) for k in ("reason", "name"))):
+                return f"clauses.{cid}.scenarios[{n}] must be an object with text id, outcome, name and reason, got {got(sc)}"
+    return None
 
 
 def write_html(reports: list[dict[str, Any]], catalog: Catalog, path: Path, only_differences: bool = False) -> Path:

@@ -7,18 +7,29 @@ import json
 import sys
 from pathlib import Path
 
+#: a full certification's report.json is well under 1 MB; past this it is not one (and is not read)
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
 
 def run(args: argparse.Namespace) -> int:
     from sbspec import load_catalog
 
-    from ..report import compare, is_report, write_html
+    from ..report import compare, report_problem, write_html
 
+    if args.html and args.out and Path(args.html).resolve() == Path(args.out).resolve():
+        print(f"sbconform compare: --out {args.out} and --html {args.html} name the same file: one would overwrite "
+              f"the other", file=sys.stderr)
+        return 2
     reports = []
     for name in args.reports:
         path = Path(name)
         if path.is_dir():
             path = path / "report.json"
         try:
+            if path.stat().st_size > MAX_REPORT_BYTES:
+                print(f"sbconform compare: {path}: too large for a report.json ({path.stat().st_size:,} bytes; "
+                      f"at most {MAX_REPORT_BYTES:,})", file=sys.stderr)
+                return 2
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             print(f"sbconform compare: {path}: no such file", file=sys.stderr)
@@ -29,15 +40,21 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"sbconform compare: {path}: not JSON ({error})", file=sys.stderr)
             return 2
-        if not is_report(data):
-            print(f"sbconform compare: {path}: not an sbconform report.json (no target, clauses and summary)",
-                  file=sys.stderr)
+        problem = report_problem(data)
+        if problem:
+            print(f"sbconform compare: {path}: not an sbconform report.json ({problem})", file=sys.stderr)
             return 2
         reports.append(data)
     catalog = load_catalog()
     text = compare(reports, catalog, only_differences=args.only_differences)
     if args.html:
-        write_html(reports, catalog, Path(args.html), only_differences=args.only_differences)
+        try:
+            write_html(reports, catalog, Path(args.html), only_differences=args.only_differences)
+        except OSError as error:
+            said = (f"cannot make its directory: {error.filename} is a file" if isinstance(error, FileExistsError)
+                    else error.strerror or str(error))
+            print(f"sbconform compare: --html {args.html}: {said}", file=sys.stderr)
+            return 2
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")

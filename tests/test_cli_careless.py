@@ -1,0 +1,84 @@
+"""A careless user's command lines: each mistake is one line on stderr naming what and where,
+exit 2, no traceback; nothing the user asked for is silently lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sbconform.cli import main
+
+
+def one_error(capsys, argv: list[str], code: int = 2) -> str:
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def a_report(**clause) -> dict:
+    entry = {"status": "pass", "level": "MUST", "reason": "", "scenarios": []}
+    entry.update(clause)
+    return {"target": {"name": "mine"}, "clauses": {"SETTLE-SEND-001": entry},
+            "summary": {"pass": 1, "fail": 0, "verdict": "PASSED"}}
+
+
+def test_compare_takes_a_well_formed_report(tmp_path, capsys) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(a_report()))
+    assert main(["compare", str(path), "--html", str(tmp_path / "c.html")]) == 0
+    assert "| SETTLE-SEND-001 | MUST | pass |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r: r["clauses"].__setitem__("SETTLE-SEND-001", "pass"), "SETTLE-SEND-001"),
+    (lambda r: r["clauses"]["SETTLE-SEND-001"].pop("status"), "SETTLE-SEND-001"),
+    (lambda r: r["clauses"]["SETTLE-SEND-001"].__setitem__("status", '"><script>x</script>'), "SETTLE-SEND-001"),
+    (lambda r: r["clauses"]["SETTLE-SEND-001"].__setitem__("status", ["pass"]), "SETTLE-SEND-001"),
+    (lambda r: r["clauses"]["SETTLE-SEND-001"].__setitem__("scenarios", "none"), "SETTLE-SEND-001"),
+    (lambda r: r["clauses"]["SETTLE-SEND-001"].__setitem__("scenarios", [{"id": 1}]), "SETTLE-SEND-001"),
+    (lambda r: r["clauses"]["SETTLE-SEND-001"].__setitem__("reason", 5), "SETTLE-SEND-001"),
+    (lambda r: r["target"].__setitem__("name", 5), "target"),
+    (lambda r: r["summary"].__setitem__("pass", "<b>1</b>"), "summary"),
+    (lambda r: r["summary"].__setitem__("verdict", {"x": 1}), "summary"),
+])
+def test_compare_a_report_with_wrongly_typed_contents_is_one_line(tmp_path, capsys, change, says) -> None:
+    report = a_report()
+    change(report)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    line = one_error(capsys, ["compare", str(path), "--html", str(tmp_path / "c.html")])
+    assert str(path) in line and says in line and "not an sbconform report.json" in line
+    assert not (tmp_path / "c.html").exists()
+
+
+def test_compare_html_that_cannot_be_written_is_one_line(tmp_path, capsys) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(a_report()))
+    (tmp_path / "a-dir").mkdir()
+    assert "--html" in one_error(capsys, ["compare", str(path), "--html", str(tmp_path / "a-dir")])
+    (tmp_path / "a-file").write_text("")
+    assert "--html" in one_error(capsys, ["compare", str(path), "--html", str(tmp_path / "a-file" / "c.html")])
+
+
+def test_compare_html_and_out_naming_one_file_is_refused_before_writing(tmp_path, capsys) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(a_report()))
+    same = tmp_path / "c.html"
+    line = one_error(capsys, ["compare", str(path), "--html", str(same), "--out", str(tmp_path / "." / "c.html")])
+    assert "--out" in line and "--html" in line
+    assert not same.exists()
+
+
+def test_compare_refuses_a_file_too_large_to_be_a_report_without_reading_it(tmp_path, capsys) -> None:
+    from sbconform.commands.compare import MAX_REPORT_BYTES
+
+    path = tmp_path / "huge.json"
+    with path.open("wb") as f:
+        f.truncate(MAX_REPORT_BYTES + 1)
+    line = one_error(capsys, ["compare", str(path)])
+    assert str(path) in line and "too large" in line
