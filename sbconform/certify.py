@@ -92,7 +92,7 @@ def _validate(target: str, report_dir: Path, options: Sequence[str], connection_
     if jobs < 1:
         raise CertifyError(f"--jobs {jobs}: must be at least 1")
     if expectations is not None and not Path(expectations).is_file():
-        raise CertifyError(f"--expectations {expectations}: no such file")
+        raise CertifyError(f"--expectations {expectations}: {'a directory' if Path(expectations).is_dir() else 'no such file'}")
     try:
         expected = load_expectations(expectations)
     except ValueError as error:

@@ -81,6 +81,10 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ValueError(f"{path}: cannot read expectations: {error}") from error
+    unknown = sorted(set(data) - {"clauses", "quotas"})  # quotas: the emulator's, documentation for the reader
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}: expected [clauses.ID] tables "
+                         f"(status = \"fail\" or \"skip\", reason = ..., source = ...)")
     clauses = data.get("clauses", {})
     if not isinstance(clauses, dict):
         raise ValueError(f"{path}: 'clauses' must be a table of clause ids ([clauses.ID] status = ...), got {type(clauses).__name__}")
@@ -91,6 +95,11 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
         status = entry.get("status")
         if status not in ("fail", "skip"):
             raise ValueError(f"{path}: clause {cid}: expected status must be 'fail' or 'skip', got {status!r}")
+        extra = sorted(set(entry) - {"status", "reason", "source"})
+        if extra:
+            raise ValueError(f"{path}: clause {cid}: unknown key(s) {', '.join(extra)}; expected status, reason, source")
+        if not isinstance(entry.get("reason", ""), str):
+            raise ValueError(f"{path}: clause {cid}: reason must be text, got {entry['reason']!r}")
         out[cid] = {"status": status, "reason": entry.get("reason", "")}
     return out
 

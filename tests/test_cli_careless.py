@@ -82,3 +82,29 @@ def test_compare_refuses_a_file_too_large_to_be_a_report_without_reading_it(tmp_
         f.truncate(MAX_REPORT_BYTES + 1)
     line = one_error(capsys, ["compare", str(path)])
     assert str(path) in line and "too large" in line
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[clause."SETTLE-SEND-001"]\nstatus = "fail"\n', "clause"),  # a typo: every expectation would be lost
+    ('expected_fail = ["SETTLE-SEND-001"]\n', "expected_fail"),
+    ('[clauses."SETTLE-SEND-001"]\nstatus = "fail"\nreasn = "documented"\n', "reasn"),
+    ('[clauses."SETTLE-SEND-001"]\nstatus = "fail"\nreason = 5\n', "reason"),
+])
+def test_an_expectations_file_with_keys_it_would_lose_is_refused(tmp_path, capsys, text, says) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(path)])
+    assert str(path) in line and says in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_shipped_expectations_file_is_still_taken() -> None:
+    from sbconform.report import load_expectations
+
+    expected = load_expectations(Path(__file__).resolve().parent.parent / "expectations" / "microsoft-emulator.toml")
+    assert expected and all(e["status"] in ("fail", "skip") for e in expected.values())
+
+
+def test_expectations_naming_a_directory_says_so(tmp_path, capsys) -> None:
+    line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(tmp_path)])
+    assert "directory" in line and "no such file" not in line
