@@ -108,3 +108,33 @@ def test_the_shipped_expectations_file_is_still_taken() -> None:
 def test_expectations_naming_a_directory_says_so(tmp_path, capsys) -> None:
     line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(tmp_path)])
     assert "directory" in line and "no such file" not in line
+
+
+def test_compare_a_json_nested_too_deep_is_one_line(tmp_path, capsys) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('{"a":' * 100_000)
+    line = one_error(capsys, ["compare", str(path)])
+    assert str(path) in line and "nested" in line
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\xa5\x00binary\xff", "UTF-8"),
+    (b"[" * 100_000, "nested"),
+])
+def test_serve_a_config_that_is_not_json_text_is_one_line(tmp_path, capsys, content, says) -> None:
+    pytest.importorskip("proton")
+    path = tmp_path / "Config.json"
+    path.write_bytes(content)
+    line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(path)])
+    assert str(path) in line and says in line
+
+
+def test_serve_refuses_a_config_too_large_without_reading_it(tmp_path, capsys) -> None:
+    pytest.importorskip("proton")
+    from sbconform.commands.serve import MAX_CONFIG_BYTES
+
+    path = tmp_path / "Config.json"
+    with path.open("wb") as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(path)])
+    assert str(path) in line and "too large" in line

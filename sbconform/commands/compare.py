@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"sbconform compare: {path}: not JSON ({error})", file=sys.stderr)
             return 2
+        except RecursionError:
+            print(f"sbconform compare: {path}: JSON nested too deeply for a report.json", file=sys.stderr)
+            return 2
         problem = report_problem(data)
         if problem:
             print(f"sbconform compare: {path}: not an sbconform report.json ({problem})", file=sys.stderr)

@@ -15,6 +15,9 @@ COUNT = whole(1)
 CREDIT = whole(1, 2**31 - 1, " (proton's link credit is a signed 32-bit number)")
 FRAME_SIZE = whole(1, 2**32 - 1, " (max-frame-size is an AMQP uint)")
 
+#: a Config.json lists a namespace's entities (kilobytes); past this it is not one, and is not read
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
 #: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py);
 #: each kind refuses a bad value when the command line is parsed (sbconform/argtypes.py)
 LIMIT_FLAGS = {
@@ -51,9 +54,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform serve: {error}", file=sys.stderr)
         return 2
     try:
-        config = load_config(args.config)
+        problem = _config_problem(args.config)
+        if problem is None:
+            config = load_config(args.config)
     except ConfigError as error:
-        print(f"sbconform serve: {error}", file=sys.stderr)
+        problem = str(error)
+    except UnicodeDecodeError:
+        problem = f"{args.config}: not UTF-8 text: not a JSON config file"
+    except RecursionError:
+        problem = f"{args.config}: JSON nested too deeply for a config file"
+    if problem is not None:
+        print(f"sbconform serve: {problem}", file=sys.stderr)
         return 2
     defaults = args.config is None and _default_entities(config)
     _logging(args, config)
@@ -107,6 +118,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         default = f" (default {getattr(defaults, name)})" if defaults is not None else ""
         p.add_argument(flag, dest=name, type=kind, default=None, help=text + default)
     p.set_defaults(func=run)
+
+
+def _config_problem(path: str | None) -> str | None:
+    """A config file too large to be one (refused before it is read), else None."""
+    import os
+
+    try:
+        size = os.stat(path).st_size if path is not None else 0
+    except OSError:
+        return None  # load_config says what is wrong with it
+    if size > MAX_CONFIG_BYTES:
+        return f"{path}: too large for a config file ({size:,} bytes; at most {MAX_CONFIG_BYTES:,})"
+    return None
 
 
 def _default_entities(config) -> bool:
