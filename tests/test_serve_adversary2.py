@@ -586,3 +586,56 @@ def test_replies_to_a_reply_link_without_credit_are_bounded_by_the_output_cap(sr
     refused = [p for p in c.frames.of(DISPOSITION) if int(p[2].value[4].descriptor) == REJECTED]
     assert refused and str(list(refused[-1][2].value[4].value[0].value)[0]) == "com.microsoft:server-busy"
     served(srv.port)
+
+
+# ------------------------------------------------------------ a DETACH that does not close
+def test_a_receiver_detached_without_closing_is_no_longer_served(srv: InProcess) -> None:
+    """A DETACH with closed=false (AMQP 1.0 part 2, 2.6.5: the link is suspended) was not acted
+    on (proton reports it as its own event, not the close the server listened for): the server
+    never answered it, kept the receiver among those waiting with credit, and locked every
+    message sent to the queue afterwards for a link that takes nothing: no other receiver got
+    them until their locks expired, each expiry a delivery counted, until dead-lettered. The
+    link is detached on the server's side too and no longer served."""
+    r = RawClient(srv.port)
+    r.open_session()
+    assert r.put_token("open") == 200
+    r.send(attach("recv", 5, "open", False), flow(5, 1000))
+    r.read(0.5)
+    r.send(frame(performative(DETACH, uint(5), False)))  # detach, closed=false
+    r.read(2, until=lambda f: f.of(DETACH))
+    assert r.frames.of(DETACH), "the server did not answer the DETACH"
+    s = authorized_sender(srv.port, "open", handle=6)
+    for i in range(3):
+        s.send(s.transfer(6, message_bytes(b"m", f"m{i}")))
+    s.read(1, until=lambda f: len(f.of(DISPOSITION)) >= 4)
+    _, got = receive_all(srv.port, "open")
+    assert sorted(m.id for m in got) == ["m0", "m1", "m2"], "the messages were locked for the detached receiver"
+    assert srv.on_loop(lambda: sum(len(w) for w in srv.server.waiting.values())) <= 1  # (the receiver just used)
+
+
+def test_links_detached_without_closing_in_a_loop_are_not_kept() -> None:
+    """ATTACH and DETACH (closed=false) in a loop, new names each time: a link the client
+    detached still counted against --max-links (so the loop closed the connection), and proton
+    kept each one for the whole session."""
+    server = InProcess(max_links=10)
+    try:
+        c = authorized_sender(server.port, "open")
+        for cycle in range(100):
+            c.send(*[attach(f"d{cycle}-{h}", h, "open", True) + frame(performative(DETACH, uint(h), False)) for h in range(10, 30)])
+            c.read(0.01)
+        c.read(1)
+        assert not c.closed and not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+
+        def proton_links() -> int:
+            total = 0
+            for s in server.server.conns.values():
+                link = s.connection.link_head(0)
+                while link is not None:
+                    total += 1
+                    link = link.next(0)
+            return total
+
+        assert server.on_loop(proton_links) < 50, "links detached without closing are kept"
+        served(server.port)
+    finally:
+        server.stop()

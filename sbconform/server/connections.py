@@ -29,7 +29,7 @@ log = logging.getLogger("sbconform.serve")
 
 #: the proton event types ``_event`` acts on (by number); every other one is popped unread
 _HANDLED = frozenset(e.number for e in (
-    Event.DELIVERY, Event.LINK_FLOW, Event.LINK_REMOTE_OPEN, Event.LINK_REMOTE_CLOSE,
+    Event.DELIVERY, Event.LINK_FLOW, Event.LINK_REMOTE_OPEN, Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH,
     Event.SESSION_REMOTE_OPEN, Event.SESSION_REMOTE_CLOSE, Event.CONNECTION_REMOTE_OPEN,
     Event.CONNECTION_REMOTE_CLOSE, Event.TRANSPORT_CLOSED))
 _TRANSPORT_CLOSED = Event.TRANSPORT_CLOSED.number
@@ -384,6 +384,8 @@ class ConnectionLoop:
             state.open_links.discard(event.link)
             self._detach(state, event.link)
             self._release(state, event.link)
+        elif kind == Event.LINK_REMOTE_DETACH:  # closed=false: the client suspends the link (AMQP 1.0 2.6.5)
+            self._suspended(state, event.link)
         elif kind == Event.SESSION_REMOTE_OPEN:
             session = event.session
             if len(state.sessions) >= self.limits.max_sessions:

@@ -306,11 +306,27 @@ class Links:
         state.sessions.discard(session)
         session.free()
 
+    def _suspended(self, state: ConnState, link: Link) -> None:
+        """The client detached ``link`` without closing it: it is no longer open nor served (a
+        receiver kept among those waiting had every message locked for a link taking nothing),
+        the DETACH is answered in kind, and the link is freed: this server resumes no link, so a
+        new ATTACH of the name is a new link."""
+        state.open_links.discard(link)
+        r = state.link_info.get(link).receiving if state.link_info.get(link) is not None else None
+        self._detach(state, link, close=False)
+        if r in state.pending_sessions:
+            state.pending_sessions.remove(r)
+        if not link.state & Endpoint.LOCAL_CLOSED:
+            if link.state & Endpoint.LOCAL_UNINIT:
+                link.open()
+            link.detach()
+        self._release(state, link, suspended=True)
+
     @staticmethod
-    def _release(state: ConnState, link: Link) -> None:
+    def _release(state: ConnState, link: Link, suspended: bool = False) -> None:
         """Free a link closed on both sides (proton keeps it otherwise, for the whole
         connection: attach and detach in a loop would grow without bound)."""
-        if not (link.state & Endpoint.LOCAL_CLOSED and link.state & Endpoint.REMOTE_CLOSED):
+        if not suspended and not (link.state & Endpoint.LOCAL_CLOSED and link.state & Endpoint.REMOTE_CLOSED):
             return
         for address, reply in list(state.reply_links.items()):
             if reply == link:
