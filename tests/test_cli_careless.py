@@ -138,3 +138,27 @@ def test_serve_refuses_a_config_too_large_without_reading_it(tmp_path, capsys) -
         f.truncate(MAX_CONFIG_BYTES + 1)
     line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(path)])
     assert str(path) in line and "too large" in line
+
+
+@pytest.fixture
+def small_trace(tmp_path) -> Path:
+    path = tmp_path / "small.jsonl"
+    assert main(["generate", "--events", "10", "--entities", "1", "--out", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    lambda deep, good, tmp: ["diff", str(deep), str(good)],
+    lambda deep, good, tmp: ["diff", str(good), str(deep)],
+    lambda deep, good, tmp: ["convert", str(deep), str(tmp / "out.parquet")],
+    lambda deep, good, tmp: ["replay", "--local", str(deep)],
+])
+def test_a_trace_line_nested_too_deeply_is_one_line_not_a_difference(tmp_path, capsys, small_trace, argv) -> None:
+    pytest.importorskip("pyarrow")
+    deep = tmp_path / "deep.jsonl"
+    header = small_trace.read_text().splitlines()[0]
+    deep.write_text(header + "\n" + "[" * 100_000 + "\n")
+    capsys.readouterr()
+    line = one_error(capsys, argv(deep, small_trace, tmp_path))
+    assert str(deep) in line and "nest" in line
+    assert not (tmp_path / "out.parquet").exists()

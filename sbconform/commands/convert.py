@@ -31,6 +31,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"sbconform convert: {getattr(error, 'filename', None) or args.dst}: {error.strerror or error}", file=sys.stderr)
         return 2
+    except RecursionError:  # json.loads of a line like [[[[...
+        print(f"sbconform convert: {args.src}: a line nests its JSON too deeply for a trace event; "
+              + (f"{args.dst} is incomplete" if Path(args.src).is_dir() else "nothing written"), file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"sbconform convert: interrupted; {args.dst} is incomplete", file=sys.stderr)
         return 130

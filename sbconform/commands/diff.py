@@ -18,6 +18,10 @@ def run(args: argparse.Namespace) -> int:
     except (ImportError, OSError) as error:
         print(f"sbconform diff: unreadable input: {error}", file=sys.stderr)
         return 2
+    except RecursionError:  # json.loads of a line like [[[[...: not a trace, and no difference found
+        print(f"sbconform diff: unreadable input: {args.a} or {args.b}: a line nests its JSON too deeply for a trace "
+              f"event", file=sys.stderr)
+        return 2
     total = 0
     for trace in result.only_a:
         print(f"trace only in A: {trace}")

@@ -152,6 +152,10 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("sbconform replay: interrupted; no verdict", file=sys.stderr)
         return 130
+    except RecursionError:  # json.loads of a line like [[[[...
+        print(f"sbconform replay: {' '.join(args.paths)}: a line nests its JSON too deeply for a trace event; "
+              f"no verdict", file=sys.stderr)
+        return 2
     except Exception as error:  # a crash is never a verdict: 1 means violations found
         lines = [line for line in str(error).splitlines() if line.strip()]
         log = getattr(error, "spark_log", None)
