@@ -639,3 +639,50 @@ def test_links_detached_without_closing_in_a_loop_are_not_kept() -> None:
         served(server.port)
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------ ending sessions beside many links
+def test_ending_a_session_costs_its_own_links_not_the_connections() -> None:
+    """END walked every link of the connection (and every receiver, every reply link) to find
+    the session's: beside 990 links to $cbs (no token needed) each END cost 10 ms, so 8 kB of
+    BEGIN/END pairs stalled the server for 2 s and a 64 kB read for 17 s, no one served."""
+    srv = InProcess(open_timeout=1.0, idle_timeout=30.0, max_connections=50)
+    try:
+        c = RawClient(srv.port)
+        c.open_session()
+        for start in range(0, 990, 110):
+            c.send(*[attach(f"cbs-{h}", h, "$cbs", True) for h in range(start, start + 110)])
+            c.read(0.05)
+        c.read(0.5)
+        started = time.monotonic()
+        c.send(*[begin(1) + frame(performative(0x17), 1) for _ in range(400)])
+        c.read(0.1)
+        other = RawClient(srv.port, timeout=30)
+        other.send(b"")
+        other.open_session()
+        waited = time.monotonic() - started
+        assert waited < 1.5, f"another client waited {waited:.1f} s for its BEGIN"
+        assert not c.closed
+    finally:
+        srv.stop()
+
+
+def test_a_session_ended_with_its_links_forgets_them_all(srv: InProcess) -> None:
+    """What END frees (test_serve_security has the link limit): a receiver, a reply link and a
+    sender of the ended session leave no record behind, and the reply link's address answers
+    no more."""
+    c = authorized_sender(srv.port, "open")
+    c.send(begin(1), attach("r1", 0, "open", False, channel=1), flow(0, 5, channel=1),
+           attach("reply1", 1, "open/$management", False, channel=1), attach("s1", 2, "open", True, channel=1))
+    c.read(1, until=lambda f: len([p for p in f.of(ATTACH) if p[1] == 1]) >= 3)
+
+    def records() -> tuple[int, int, int, int]:
+        (s,) = [s for s in srv.server.conns.values() if s.receivers or s.reply_links]
+        return len(s.receivers), len(s.reply_links), len(s.link_info), len(s.open_links)
+
+    receivers, replies, infos, links = srv.on_loop(records)
+    assert receivers == 1 and replies >= 2
+    c.send(frame(performative(0x17), 1))
+    c.read(1)
+    assert srv.on_loop(records) == (0, replies - 1, infos - 2, links - 3)
+    assert srv.on_loop(lambda: sum(len(w) for w in srv.server.waiting.values())) == 0

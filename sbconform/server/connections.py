@@ -281,6 +281,8 @@ class ConnectionLoop:
         state.granted.clear()
         state.link_info.clear()
         state.reply_links.clear()
+        state.reply_addresses.clear()
+        state.session_links.clear()
         state.fed.clear()
         state.partial_bytes.clear()
         try:
@@ -375,6 +377,7 @@ class ConnectionLoop:
         kind = event.type
         if kind == Event.LINK_REMOTE_OPEN:
             state.open_links.add(event.link)
+            state.session_links.setdefault(event.link.session, set()).add(event.link)
             if len(state.open_links) > self.limits.max_links:
                 self._shut(state, "amqp:resource-limit-exceeded",
                            f"More than {self.limits.max_links} links open on one connection (--max-links).")

@@ -73,12 +73,14 @@ class Links:
             link.source.dynamic = False
         address = v.entity_path(source_address)
         if v.is_node(address) or address.startswith("$reply/"):
-            if address.startswith("$reply/"):
-                state.reply_links[source_address] = link
+            answers = [source_address] if address.startswith("$reply/") else []
             target_address = remote_target.address
-            state.reply_links[address] = link
+            answers.append(address)
             if target_address:
-                state.reply_links[target_address] = link
+                answers.append(target_address)
+            for key in answers:
+                state.reply_links[key] = link
+            state.reply_addresses[link] = answers
             link.open()
             return
         mode = RECEIVE_AND_DELETE if link.remote_snd_settle_mode == Link.SND_SETTLED else PEEK_LOCK
@@ -287,24 +289,29 @@ class Links:
     def _end_session(self, state: ConnState, session: Any) -> None:
         """The client ended a session (its links with it): forget them, then free it (else
         proton keeps it for the whole connection, and BEGIN/END loops grew without bound)."""
-        for r in list(state.receivers) + list(state.pending_sessions):
-            if r.link.session == session:
-                self._detach(state, r.link)
+        for link in state.session_links.pop(session, ()):  # (its own links only: not a walk over the connection's)
+            info = state.link_info.get(link)
+            r = info.receiving if info is not None else None
+            if r is not None:
+                self._detach(state, link)
                 if r in state.pending_sessions:
                     state.pending_sessions.remove(r)
-        for address, link in list(state.reply_links.items()):
-            if link.session == session:
-                del state.reply_links[address]
-        for link in list(state.granted) + list(state.fed) + list(state.link_info) + list(state.open_links):
-            if link.session == session:
-                state.open_links.discard(link)  # ended with its session (AMQP 1.0 2.5.5)
-                state.granted.discard(link)
-                state.fed.discard(link)
-                state.done(link)
-                state.link_info.pop(link, None)  # freed with the session
+            self._forget_replies(state, link)
+            state.open_links.discard(link)  # ended with its session (AMQP 1.0 2.5.5)
+            state.granted.discard(link)
+            state.fed.discard(link)
+            state.done(link)
+            state.link_info.pop(link, None)  # freed with the session
         session.close()
         state.sessions.discard(session)
         session.free()
+
+    @staticmethod
+    def _forget_replies(state: ConnState, link: Link) -> None:
+        """The addresses ``link`` answered requests for no longer lead to it."""
+        for address in state.reply_addresses.pop(link, ()):
+            if state.reply_links.get(address) == link:
+                del state.reply_links[address]
 
     def _suspended(self, state: ConnState, link: Link) -> None:
         """The client detached ``link`` without closing it: it is no longer open nor served (a
@@ -328,11 +335,12 @@ class Links:
         connection: attach and detach in a loop would grow without bound)."""
         if not suspended and not (link.state & Endpoint.LOCAL_CLOSED and link.state & Endpoint.REMOTE_CLOSED):
             return
-        for address, reply in list(state.reply_links.items()):
-            if reply == link:
-                del state.reply_links[address]
+        Links._forget_replies(state, link)
         if any(r.link == link for r in state.pending_sessions):
             return
+        links = state.session_links.get(link.session)
+        if links is not None:
+            links.discard(link)
         state.link_info.pop(link, None)
         state.granted.discard(link)
         state.fed.discard(link)

@@ -142,6 +142,8 @@ class ConnState:
         self.sessions: set[Any] = set()  # its sessions (for the bytes queued in them)
         self.fed: set[Link] = set()  # links that received transfers in this read (credit top-up)
         self.reply_links: dict[str, Link] = {}  # node address ($cbs, q/$management) -> our sender
+        self.reply_addresses: dict[Link, list[str]] = {}  # our sender -> the addresses it answers (``reply_links``' keys)
+        self.session_links: dict[Any, set[Link]] = {}  # each session's links the client opened (END frees them)
         self.receivers: list[Receiving] = []
         self.pending_sessions: list[Receiving] = []
         # what its waits for a session are on: their entities and their earliest deadline (kept by
