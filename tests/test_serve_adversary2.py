@@ -686,3 +686,21 @@ def test_a_session_ended_with_its_links_forgets_them_all(srv: InProcess) -> None
     c.read(1)
     assert srv.on_loop(records) == (0, replies - 1, infos - 2, links - 3)
     assert srv.on_loop(lambda: sum(len(w) for w in srv.server.waiting.values())) == 0
+
+
+# ------------------------------------------------------------ transfers the wrong way
+@pytest.mark.parametrize("authenticated", [False, True])
+def test_a_transfer_on_the_clients_own_receiving_link_is_no_server_failure(srv: InProcess, authenticated: bool) -> None:
+    """A TRANSFER on a link the client attached as a receiver (the server sends on it), with no
+    delivery tag: proton makes it a delivery of the server's sending link without a tag, which the
+    server took for the client's disposition of a delivery it had sent, and reading its tag
+    (NULL) failed: amqp:internal-error (found by the hostile sequences of test_serve_security)."""
+    c = RawClient(srv.port)
+    c.open_session()
+    if authenticated:
+        assert c.put_token("open") == 200
+    c.send(attach("l0", 5, "open", False), flow(5, 0),
+           frame(performative(TRANSFER, uint(5), None, None, None, None, False, None, None, None, True)))
+    c.read(1, until=lambda f: f.of(CLOSE))
+    assert "amqp:internal-error" not in [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    served(srv.port)

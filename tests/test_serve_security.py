@@ -538,7 +538,7 @@ ADDRESSES = ["guarded"] * 5 + ["open", "$cbs", "guarded/$management", "nowhere",
 
 
 KINDS = ["attach"] * 4 + ["transfer"] * 6 + ["attach+send"] * 3 + ["more", "flow", "flow", "detach", "begin", "end", "close", "token",
-                                              "disposition", "open"]
+                                              "disposition", "open", "abort", "suspend", "receive"]
 
 
 @st.composite
@@ -567,6 +567,13 @@ def hostile_frames(draw) -> list[bytes]:
             out.append(flow(handle, draw(st.integers(0, 2**32 - 1))))
         elif kind == "detach":
             out.append(frame(performative(DETACH, uint(handle), True)))
+        elif kind == "suspend":  # a DETACH that does not close (AMQP 1.0 2.6.5)
+            out.append(frame(performative(DETACH, uint(handle), False)))
+        elif kind == "abort":  # the delivery in progress aborted (AMQP 1.0 2.7.5)
+            out.append(frame(performative(TRANSFER, uint(handle), None, None, None, None, False, None, None, None, True)))
+        elif kind == "receive":  # a receiver with credit on 'open' (taking only with the token)
+            out.append(attach(f"l{handle}", handle, "open", False))
+            out.append(flow(handle, draw(st.integers(0, 50))))
         elif kind == "begin":
             out.append(begin(draw(st.integers(0, 1))))
         elif kind == "end":
@@ -612,10 +619,12 @@ def test_hostile_frame_sequences(fuzzed: InProcess, frames: list[bytes], authent
         token = put_token_message(fuzzed.port, "open", key=KEY if authenticate else "wrong")
         c.send(attach("cbs", 10, "$cbs", True), transfer(10, 0, b"t", token))
         c.send(*frames)
-        c.read(0.05)
+        c.read(0.3, until=lambda f: c.closed)
     finally:
         c.close()
     assert fuzzed.alive(), "the server died"
+    # a server failure closes the connection with amqp:internal-error: none is expected, whatever the input
+    assert "amqp:internal-error" not in [condition_of(p[2]) for p in c.frames.of(CLOSE)], "the server failed on this input"
     assert fuzzed.held("guarded") == 0, "something was stored without authorization"
     if not authenticate:  # the wrong key authorises nothing, anywhere
         assert fuzzed.held("open") == held_before["open"], "an unauthenticated client changed what 'open' holds"

@@ -107,6 +107,8 @@ _unpack = _ffi.unpack
 def tag_of(impl: Any) -> bytes:
     """The tag of proton's C delivery ``impl`` (as sent: ``Delivery.tag`` decodes it as text)."""
     tag = _lib.pn_delivery_tag(impl)
+    if not tag.size:  # (none at all: a client's transfer the wrong way on a link, NULL to unpack)
+        return b""
     return _unpack(tag.start, tag.size)  # (ffi.unpack: bytes in one call, no buffer object)
 
 
