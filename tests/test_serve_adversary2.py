@@ -704,3 +704,25 @@ def test_a_transfer_on_the_clients_own_receiving_link_is_no_server_failure(srv: 
     c.read(1, until=lambda f: f.of(CLOSE))
     assert "amqp:internal-error" not in [condition_of(p[2]) for p in c.frames.of(CLOSE)]
     served(srv.port)
+
+
+# ------------------------------------------------------------ batches
+@pytest.mark.parametrize("body", [
+    encode_value(Described(ulong(0x77), "not a batch")),  # an amqp-value body
+    encode_value(Described(ulong(0x73), ["envelope only"])),  # no body section at all
+    encode_value(Described(ulong(0x75), message_bytes(b"one", "one"))) + encode_value(Described(ulong(0x76), [1, 2])),
+], ids=["amqp-value", "no-data-section", "data-then-sequence"])
+def test_a_batch_whose_body_is_not_data_sections_is_refused(srv: InProcess, body: bytes) -> None:
+    """A batch (message format 0x80013700) carries its messages as the envelope's data sections,
+    one encoded message each ([notes] "Sending"). Any other body section was skipped: an
+    amqp-value batch was accepted and nothing stored ('accepted means stored', SECURITY.md), and
+    a data section beside an amqp-sequence stored the one and dropped the other."""
+    c = authorized_sender(srv.port, "open")
+    c.send(transfer(5, c.delivery_id, b"batch", body, message_format=0x80013700))
+    c.delivery_id += 1
+    assert outcome(c, 1) == (REJECTED, "com.microsoft:argument-error")
+    assert srv.held("open") == 0
+    batch = encode_value(Described(ulong(0x75), message_bytes(b"a", "a"))) + encode_value(Described(ulong(0x75), message_bytes(b"b", "b")))
+    c.send(transfer(5, c.delivery_id, b"batch2", encode_value(Described(ulong(0x73), ["a"])) + batch, message_format=0x80013700))
+    assert outcome(c, 2) == (ACCEPTED, None)
+    assert srv.held("open") == 2

@@ -25,6 +25,7 @@ _U32 = struct.Struct(">I")
 #: the performatives the scanner follows
 _FOLLOWED = frozenset((TRANSFER, ATTACH, DETACH, END))
 DATA_SECTION = 0x75
+AMQP_SEQUENCE_SECTION, AMQP_VALUE_SECTION = 0x76, 0x77
 
 
 from .values import WireError, _width, skip  # noqa: F401  (the primitives live with the codec)
@@ -86,7 +87,9 @@ def described_list(buf: bytes | memoryview, pos: int) -> tuple[int, list[int], i
 
 
 def data_sections(payload: bytes) -> list[bytes]:
-    """The contents of the data sections of an encoded message (a batch's messages)."""
+    """The contents of the data sections of an encoded message (a batch's messages). A batch's
+    body is data sections, at least one: another body section (amqp-sequence, amqp-value) or none
+    is a ``WireError`` (its other sections, the envelope's properties and annotations, are not read)."""
     out = []
     pos = 0
     view = memoryview(payload)
@@ -98,7 +101,11 @@ def data_sections(payload: bytes) -> list[bytes]:
         end = skip(view, value)
         if descriptor == DATA_SECTION:
             out.append(read_bytes(view, value) or b"")
+        elif descriptor in (AMQP_SEQUENCE_SECTION, AMQP_VALUE_SECTION):
+            raise WireError("a batch holds its messages in data sections, not an amqp-sequence or amqp-value body")
         pos = end
+    if not out:
+        raise WireError("a batch without a data section: no message in it")
     return out
 
 
