@@ -726,3 +726,26 @@ def test_a_batch_whose_body_is_not_data_sections_is_refused(srv: InProcess, body
     c.send(transfer(5, c.delivery_id, b"batch2", encode_value(Described(ulong(0x73), ["a"])) + batch, message_format=0x80013700))
     assert outcome(c, 2) == (ACCEPTED, None)
     assert srv.held("open") == 2
+
+
+@pytest.mark.parametrize("timeout", ["abc", float("inf"), float("nan"), [1]], ids=["string", "infinity", "nan", "list"])
+def test_a_session_wait_of_no_number_refuses_the_link_not_the_connection(timeout) -> None:
+    """A next-available-session ATTACH whose com.microsoft:timeout is no number of milliseconds
+    (the SDKs send a uint): int() of it raised inside the attach, and the connection was closed
+    with amqp:internal-error. The link is refused (argument-error), the connection goes on."""
+    from proton import symbol, ubyte
+
+    srv = SessionServer(max_connections=50)
+    try:
+        c = RawClient(srv.port)
+        c.open_session()
+        assert c.put_token("sess") == 200
+        source = Described(ulong(0x28), ["sess", None, None, None, None, None, None, {symbol("com.microsoft:session-filter"): None}])
+        c.send(frame(performative(ATTACH, "s", uint(5), True, ubyte(0), ubyte(1), source, Described(ulong(0x29), [None]),
+                                  None, None, None, None, None, None, {symbol("com.microsoft:timeout"): timeout})))
+        c.read(2, until=lambda f: f.of(CLOSE) or any(p[2].value[0] == 5 for p in f.of(DETACH)))
+        assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+        assert [condition_of(p[2]) for p in c.frames.of(DETACH)] == ["com.microsoft:argument-error"]
+        assert c.put_token("sess", handle=10) == 200  # the connection goes on
+    finally:
+        srv.stop()

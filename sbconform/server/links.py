@@ -7,6 +7,7 @@ path, credit counts, receiver); proton's objects carry nothing of ours."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any
@@ -103,7 +104,14 @@ class Links:
             timeout_ms = v.SESSION_WAIT_MS
             props = link.remote_properties or {}
             if props.get(v.ATTACH_TIMEOUT) is not None:
-                timeout_ms = int(props[v.ATTACH_TIMEOUT])
+                given = props[v.ATTACH_TIMEOUT]
+                if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given):
+                    state.link_info.pop(link, None)
+                    state.granted.discard(link)
+                    self._refuse(state, link, ServiceBusError(
+                        ErrorCode.ARGUMENT_ERROR, f"com.microsoft:timeout {given!r} is not a number of milliseconds", transient=False))
+                    return
+                timeout_ms = int(given)
             r.deadline = time.monotonic() + max(timeout_ms, 0) / 1000
             if self._try_session(r, session_id, final=session_id is not None or timeout_ms <= 0):
                 return
