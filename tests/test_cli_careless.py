@@ -12,7 +12,10 @@ from sbconform.cli import main
 
 
 def one_error(capsys, argv: list[str], code: int = 2) -> str:
-    assert main(argv) == code
+    try:
+        assert main(argv) == code
+    except SystemExit as exit:  # refused when parsed
+        assert exit.code == code
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
@@ -162,3 +165,29 @@ def test_a_trace_line_nested_too_deeply_is_one_line_not_a_difference(tmp_path, c
     line = one_error(capsys, argv(deep, small_trace, tmp_path))
     assert str(deep) in line and "nest" in line
     assert not (tmp_path / "out.parquet").exists()
+
+
+UPSTREAM = "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0"
+
+
+@pytest.mark.parametrize("trace_id", ["../../elsewhere", "a/b", "a\\b", "..", ".hidden", "x" * 300, "a\x00b"])
+def test_record_refuses_a_trace_id_that_is_no_file_name_when_parsed(tmp_path, capsys, trace_id) -> None:
+    """The trace id begins every file's name in --out: a path would write outside it, a name too
+    long would fail at the first event, after the proxy was already relaying unrecorded."""
+    line = one_error(capsys, ["record", "--upstream", UPSTREAM, "--out", str(tmp_path / "rec"), "--trace-id", trace_id])
+    assert "--trace-id" in line
+    assert not (tmp_path / "rec").exists()
+
+
+def test_record_takes_a_trace_id_that_is_a_file_name() -> None:
+    from sbconform.cli import build_parser
+
+    args = build_parser().parse_args(["record", "--upstream", UPSTREAM, "--out", "x", "--trace-id", "orders-run 2 ü"])
+    assert args.trace_id == "orders-run 2 ü"
+
+
+def test_record_out_that_is_a_file_says_so(tmp_path, capsys) -> None:
+    pytest.importorskip("proton")
+    (tmp_path / "taken").write_text("")
+    line = one_error(capsys, ["record", "--upstream", UPSTREAM, "--out", str(tmp_path / "taken")])
+    assert "is a file, not a directory" in line and "Errno" not in line

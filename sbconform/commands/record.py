@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import math
 import sys
+from pathlib import Path
 
 from ..argtypes import port
 
@@ -41,6 +42,17 @@ def _key(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _trace_id(text: str) -> str:
+    """A trace id begins the name of every file the recording writes in --out (``<id>-00001.jsonl``):
+    a file name, not a path, short enough for one."""
+    if not text or text.startswith(".") or any(c in text for c in "/\\\0"):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: a trace id names the trace's files in --out: no '/', '\\', "
+                                         f"NUL or leading '.'")
+    if len(text.encode("utf-8")) > 200:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}...: at most 200 bytes (it begins the trace's file names)")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         from ..proxy.relay import UsageError
@@ -49,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform record needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
         return 2
     host, port = args.listen
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"sbconform record: --out {args.out}: is a file, not a directory", file=sys.stderr)
+        return 2
     try:
         proxy = build(args.upstream, args.out, host, port, args.format, args.rotate, dict(args.key) if args.key else None,
                       args.describe, args.on_record_error, args.trace_id, args.record_attach)
@@ -56,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform record: {error}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as error:
-        print(f"sbconform record: --out {args.out}: {error}", file=sys.stderr)
+        print(f"sbconform record: --out {args.out}: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
         return 2
     if args.format == "parquet":
         try:
@@ -113,5 +128,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record-attach", action="store_true",
                    help="write every successful link attach too (by default only failed ones: the replay checker does "
                         "not model attach yet, and a piece holding one replays as unknown)")
-    p.add_argument("--trace-id", default=None, help="the trace id (default record-<UTC time>)")
+    p.add_argument("--trace-id", type=_trace_id, default=None, help="the trace id (default record-<UTC time>)")
     p.set_defaults(func=run)
