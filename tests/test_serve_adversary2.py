@@ -749,3 +749,29 @@ def test_a_session_wait_of_no_number_refuses_the_link_not_the_connection(timeout
         assert c.put_token("sess", handle=10) == 200  # the connection goes on
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("info", [[1, 2], "text", 5], ids=["list", "string", "number"])
+def test_a_rejected_outcome_whose_error_info_is_no_map_is_refused_not_a_server_failure(srv: InProcess, info) -> None:
+    """An AMQP error's info is a map (AMQP 1.0 part 2, 2.8.14 'error': info, fields). A dead-letter
+    disposition whose info was a list made dict() raise inside the server: the connection closed
+    with amqp:internal-error. It is refused as the disposition's argument error; the lock stays."""
+    from proton import symbol
+
+    c = authorized_sender(srv.port, "open")
+    c.send(c.transfer(5, Message(body=b"x", id="kept").encode()))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    r = RawClient(srv.port)
+    r.open_session()
+    assert r.put_token("open") == 200
+    r.send(attach("recv", 5, "open", False), flow(5, 1))
+    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
+    delivery_id = int(r.frames.of(TRANSFER)[-1][2].value[1])
+    before = len(r.frames.of(DISPOSITION))
+    error = Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "dl", info])
+    r.send(frame(performative(DISPOSITION, True, uint(delivery_id), uint(delivery_id), False, Described(ulong(REJECTED), [error]))))
+    r.read(3, until=lambda f: len(f.of(DISPOSITION)) > before or f.of(CLOSE))
+    assert not r.frames.of(CLOSE), [condition_of(p[2]) for p in r.frames.of(CLOSE)]
+    answer = r.frames.of(DISPOSITION)[before][2].value[4]
+    assert int(answer.descriptor) == REJECTED and str(list(answer.value[0].value)[0]) == "com.microsoft:argument-error"
+    assert srv.on_loop(lambda: srv.server.namespace.runtime_info("open")["dead_letter"]) == 0

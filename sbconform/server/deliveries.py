@@ -143,7 +143,10 @@ class Deliveries:
                     ns.abandon(state.model_conn, r.path, token, props)
             elif outcome == Delivery.REJECTED:
                 cond = remote.condition
-                info = dict((cond.info if cond is not None else None) or {})
+                raw_info = (cond.info if cond is not None else None) or {}
+                if not isinstance(raw_info, dict):  # AMQP 1.0 part 2, 2.8.14: an error's info is a map
+                    raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, "the rejected outcome's error info is not a map", transient=False)
+                info = dict(raw_info)
                 # strings, as update-disposition's and a transactional rejection's (a long stored here failed every receive of the DLQ)
                 reason = v.opt_str(info.pop("DeadLetterReason", info.pop(A("DeadLetterReason"), None)))
                 desc = v.opt_str(info.pop("DeadLetterErrorDescription", info.pop(A("DeadLetterErrorDescription"), None)))
