@@ -50,11 +50,13 @@ def test_every_area_through_the_sdk_in_virtual_time(tmp_path) -> None:
     assert len(passed) >= 32, passed
     # transactions (the coordinator in serve, a proton transactional client; a Basic namespace is a
     # second sbconform serve for TXN-TIER-001), rules and paired namespaces (two endpoints; issue 17):
-    # every clause passes but PAIR-SYPH-005, whose month of syphon receives needs instant-time
+    # every clause passes but PAIR-SYPH-005, whose month of syphon receives needs instant-time, and those the
+    # catalog declares model-level (RULES-RULE-006: thousands of filters)
     assert clauses["PAIR-SYPH-005"]["status"] == "skip" and "instant-time" in clauses["PAIR-SYPH-005"]["reason"]
     for area in ("transactions", "rules", "paired"):
         not_passing = {cid: (c["status"], c["reason"]) for cid, c in clauses.items()
-                       if c["area"] == area and c["status"] != "pass" and cid != "PAIR-SYPH-005"}
+                       if c["area"] == area and c["status"] != "pass" and cid != "PAIR-SYPH-005"
+                       and not (cid in model_level and c["status"] == "skip")}
         assert not not_passing, f"{area} clauses not passing through the SDK: {not_passing}"
     assert code == 0, report["summary"]
     for clause in clauses.values():  # every skip says why
