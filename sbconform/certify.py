@@ -174,7 +174,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     for pattern in clauses:
         command += ["--sb-clause", pattern]
     if trace_dir is not None:
-        command += ["--sb-trace", str(Path(trace_dir).resolve())]
+        command += [f"--sb-trace={Path(trace_dir).resolve()}"]  # one word: an existing path moves pytest's ini search
     # a shard names its tests itself: it takes the test arguments that are not paths
     base = [c for c in command if c not in tests] + options_only
     command += list(pytest_args)

@@ -191,3 +191,15 @@ def test_record_out_that_is_a_file_says_so(tmp_path, capsys) -> None:
     (tmp_path / "taken").write_text("")
     line = one_error(capsys, ["record", "--upstream", UPSTREAM, "--out", str(tmp_path / "taken")])
     assert "is a file, not a directory" in line and "Errno" not in line
+
+
+def test_certify_trace_into_a_directory_that_exists_records_again(tmp_path, capsys) -> None:
+    """A second run with the same --trace DIR (or one made beforehand): the directory, an existing
+    path on the test processes' command line, made pytest look for its configuration above it,
+    lose the features' base directory and break collecting; no report."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    argv = ["certify", "--clause", "SETTLE-SEND-001", "--jobs", "1", "--report-dir", str(tmp_path / "r"), "--trace", str(traces)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert any(p.name.startswith("tests_test_features.py") for p in traces.iterdir())
+    assert main(argv) == 0, capsys.readouterr().err
