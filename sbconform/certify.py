@@ -29,6 +29,7 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
+from .certify_outputs import output_problem
 from .coverage import collection_paths, kit_root
 from .report import build_report, load_expectations, selects, write_junit, write_report
 from .progress import LiveLine
@@ -141,13 +142,9 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
     report_dir = Path(report_dir).absolute()  # the test processes run in the kit's root, not the caller's directory
     expected, _ = _validate(target, report_dir, options, connection_string, expectations, clauses, jobs)
-    for flag, path in (("--junit-xml", junit_xml), ("--html", html)):  # said now, not after the run
-        if path is not None and Path(path).is_dir():
-            raise CertifyError(f"{flag} {path}: is a directory; name the file to write")
-        if path is not None and any(p.exists() and not p.is_dir() for p in Path(path).parents):
-            raise CertifyError(f"{flag} {path}: cannot create it: a parent is a file")
-    if trace_dir is not None and Path(trace_dir).exists() and not Path(trace_dir).is_dir():
-        raise CertifyError(f"--trace {trace_dir}: is a file; name a directory (one JSON Lines trace per test goes in it)")
+    problem = output_problem(report_dir, junit_xml, html, trace_dir)  # said now, not after the run
+    if problem:
+        raise CertifyError(problem)
     catalog = load_catalog()
     try:
         report_dir.mkdir(parents=True, exist_ok=True)

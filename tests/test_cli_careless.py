@@ -203,3 +203,17 @@ def test_certify_trace_into_a_directory_that_exists_records_again(tmp_path, caps
     assert main(argv) == 0, capsys.readouterr().err
     assert any(p.name.startswith("tests_test_features.py") for p in traces.iterdir())
     assert main(argv) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [
+    lambda r: ["--html", str(r / "report.json")],
+    lambda r: ["--junit-xml", str(r / "report.md")],
+    lambda r: ["--junit-xml", str(r / "run.log")],
+    lambda r: ["--html", str(r / "out.html"), "--junit-xml", str(r / "." / "out.html")],
+])
+def test_certify_outputs_naming_one_file_are_refused_before_the_run(tmp_path, capsys, extra) -> None:
+    """Each would overwrite the other (or the report): one of the outputs asked for would be lost."""
+    report_dir = tmp_path / "r"
+    line = one_error(capsys, ["certify", "--clause", "SETTLE-SEND-001", "--report-dir", str(report_dir), *extra(report_dir)])
+    assert "same file" in line
+    assert not (report_dir / "report.json").exists()
