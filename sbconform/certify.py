@@ -29,7 +29,7 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
-from .certify_outputs import output_problem
+from .certify_outputs import lock_report_dir, output_problem, report_dir_locks
 from .coverage import collection_paths, kit_root
 from .report import build_report, load_expectations, selects, write_junit, write_report
 from .progress import LiveLine
@@ -76,8 +76,9 @@ def certify(
     result is reported as failed, "timed out"."""
     out = out or sys.stdout
     try:
-        return _certify(target, Path(report_dir), options, connection_string, expectations, hypothesis_profile,
-                        pytest_args, clauses, trace_dir, jobs, shard_timeout, junit_xml, html, progress, out)
+        with report_dir_locks():  # the report directory is this run's until it ends
+            return _certify(target, Path(report_dir), options, connection_string, expectations, hypothesis_profile,
+                            pytest_args, clauses, trace_dir, jobs, shard_timeout, junit_xml, html, progress, out)
     except CertifyError as error:
         print(f"sbconform certify: {mask(str(error))}", file=sys.stderr, flush=True)
         return 2
@@ -150,6 +151,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         report_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CertifyError(f"--report-dir {report_dir}: cannot create it: {error.strerror}") from None
+    if (busy := lock_report_dir(report_dir)) is not None:  # before the first writes: two runs clobbered each other
+        raise CertifyError(busy)
     raw_path = report_dir / "results.json"
     try:  # the first writes, before anything runs: a directory certify cannot write in is the user's to fix
         (report_dir / "run.log").open("w", encoding="utf-8").close()

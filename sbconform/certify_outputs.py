@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Iterator
 
 #: the files certify writes in the report directory (``results.N.json`` per test process too)
 REPORT_FILES = ("report.json", "report.md", "run.log", "results.json", "collected.json")
@@ -27,4 +30,46 @@ def output_problem(report_dir: Path, junit_xml: Path | str | None, html: Path | 
         return f"--junit-xml {outputs[0][1]} and --html {outputs[1][1]} name the same file: one would overwrite the other"
     if trace_dir is not None and Path(trace_dir).exists() and not Path(trace_dir).is_dir():
         return f"--trace {trace_dir}: is a file; name a directory (one JSON Lines trace per test goes in it)"
+    return None
+
+
+_unscoped: list = []
+_held: ContextVar[list | None] = ContextVar("sbconform_certify_locks", default=None)
+
+
+@contextlib.contextmanager
+def report_dir_locks() -> Iterator[None]:
+    """Releases, on leaving, the report directories :func:`lock_report_dir` took inside."""
+    token = _held.set([])
+    try:
+        yield
+    finally:
+        for handle in _held.get() or []:
+            handle.close()  # closing the file releases its lock
+        _held.reset(token)
+
+
+def lock_report_dir(report_dir: Path) -> str | None:
+    """Takes the report directory for this run (a lock on its ``run.log``, held until
+    :func:`report_dir_locks` ends): two certifications writing in one directory removed each
+    other's results files, and one ended "the test run broke". A problem if another has it."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    try:
+        handle = (report_dir / "run.log").open("a", encoding="utf-8")
+    except OSError as error:
+        return f"--report-dir {report_dir}: cannot write in it: {error.strerror}"
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return (f"--report-dir {report_dir}: another sbconform certify is writing its report there now: "
+                f"wait for it to finish, or name another --report-dir")
+    held = _held.get()
+    if held is not None:  # else (no report_dir_locks around) released when the process ends
+        held.append(handle)
+    else:
+        _unscoped.append(handle)
     return None

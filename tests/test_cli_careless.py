@@ -217,3 +217,30 @@ def test_certify_outputs_naming_one_file_are_refused_before_the_run(tmp_path, ca
     line = one_error(capsys, ["certify", "--clause", "SETTLE-SEND-001", "--report-dir", str(report_dir), *extra(report_dir)])
     assert "same file" in line
     assert not (report_dir / "report.json").exists()
+
+
+def test_a_second_certify_on_a_report_dir_in_use_is_refused_before_touching_it(tmp_path, capsys) -> None:
+    """Two certifications in one --report-dir removed each other's results files: one ended "the
+    test run broke", exit 2, with the other's run.log. The second is now refused at once."""
+    import fcntl
+    import subprocess
+    import sys
+
+    report_dir = tmp_path / "r"
+    argv = ["certify", "--clause", "SETTLE-SEND-001", "--jobs", "1", "--report-dir", str(report_dir)]
+    assert main(argv) == 0  # the lock is released when a run ends: a later run takes the directory again
+    assert main(argv) == 0
+    capsys.readouterr()
+    (report_dir / "run.log").write_text("the other run's log\n")
+    other = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                              f"f = open({str(report_dir / 'run.log')!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+                              "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        line = one_error(capsys, argv)
+        assert str(report_dir) in line and "another sbconform certify" in line
+        assert (report_dir / "run.log").read_text() == "the other run's log\n"
+    finally:
+        other.kill()
+        other.wait()
+    assert fcntl  # POSIX only, as the rest of certify's process handling
