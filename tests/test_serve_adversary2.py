@@ -775,3 +775,27 @@ def test_a_rejected_outcome_whose_error_info_is_no_map_is_refused_not_a_server_f
     answer = r.frames.of(DISPOSITION)[before][2].value[4]
     assert int(answer.descriptor) == REJECTED and str(list(answer.value[0].value)[0]) == "com.microsoft:argument-error"
     assert srv.on_loop(lambda: srv.server.namespace.runtime_info("open")["dead_letter"]) == 0
+
+
+@pytest.mark.parametrize("txn_outcome", [Described(ulong(REJECTED), 5), Described(ulong(REJECTED), [Described(ulong(0x1D), 7)]),
+                                         Described(ulong(0x27), 5)], ids=["rejected-not-a-list", "error-not-a-list", "modified-not-a-list"])
+def test_a_malformed_transactional_outcome_is_refused_not_a_server_failure(srv: InProcess, txn_outcome) -> None:
+    """A disposition in a transaction (transactional-state: txn-id, outcome) whose outcome is not a
+    list of fields (AMQP 1.0 part 3, 3.4: outcomes are described lists): list() or len() of it
+    raised inside the server and closed the connection with amqp:internal-error (found by a
+    fuzz of dispositions)."""
+    c = authorized_sender(srv.port, "open")
+    c.send(c.transfer(5, Message(body=b"x", id="kept").encode()))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    r = RawClient(srv.port)
+    r.open_session()
+    assert r.put_token("open") == 200
+    r.send(attach("recv", 5, "open", False), flow(5, 1))
+    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
+    delivery_id = int(r.frames.of(TRANSFER)[-1][2].value[1])
+    before = len(r.frames.of(DISPOSITION))
+    state = Described(ulong(0x34), [b"\x00" * 7 + b"\x01", txn_outcome])
+    r.send(frame(performative(DISPOSITION, True, uint(delivery_id), uint(delivery_id), False, state)))
+    r.read(3, until=lambda f: len(f.of(DISPOSITION)) > before or f.of(CLOSE))
+    assert not r.frames.of(CLOSE), [condition_of(p[2]) for p in r.frames.of(CLOSE)]
+    assert int(r.frames.of(DISPOSITION)[before][2].value[4].descriptor) == REJECTED

@@ -85,6 +85,8 @@ def settlement_of(outcome: Any) -> tuple[str, str | None, str | None]:
     if not isinstance(outcome, Described):
         raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"a transactional disposition needs an outcome, got {outcome!r}")
     code = descriptor(outcome.descriptor)
+    if not isinstance(outcome.value or [], list):  # an outcome is a described list (AMQP 1.0 part 3, 3.4)
+        raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"outcome {outcome.descriptor!r} is not a list of fields")
     fields = list(outcome.value or [])
     if code == ACCEPTED:
         return "complete", None, None
@@ -96,7 +98,7 @@ def settlement_of(outcome: Any) -> tuple[str, str | None, str | None]:
     if code == REJECTED:
         info: dict = {}
         error = fields[0] if fields else None
-        if isinstance(error, Described) and error.value and len(error.value) > 2 and isinstance(error.value[2], dict):
+        if isinstance(error, Described) and isinstance(error.value, list) and len(error.value) > 2 and isinstance(error.value[2], dict):
             info = {str(k): v for k, v in error.value[2].items()}
         if set(info) - {"DeadLetterReason", "DeadLetterErrorDescription"}:
             raise no_properties_in_a_transaction()
