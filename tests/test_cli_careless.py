@@ -244,3 +244,19 @@ def test_a_second_certify_on_a_report_dir_in_use_is_refused_before_touching_it(t
         other.kill()
         other.wait()
     assert fcntl  # POSIX only, as the rest of certify's process handling
+
+
+def test_generate_buckets_with_a_one_file_trace_is_refused(tmp_path, capsys) -> None:
+    """--buckets shapes the by-piece layout only: with a .jsonl / .parquet file it was silently ignored."""
+    line = one_error(capsys, ["generate", "--events", "10", "--buckets", "5", "--out", str(tmp_path / "t.jsonl")])
+    assert "--buckets" in line and "by-piece" in line
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_generate_says_how_many_bucket_files_it_wrote(tmp_path, capsys) -> None:
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "run"
+    assert main(["generate", "--events", "10", "--entities", "2", "--buckets", "1000", "--out", str(out)]) == 0
+    written = len(list(out.glob("bucket-*.parquet")))
+    said = capsys.readouterr().out
+    assert written < 1000 and f"{written} bucket files" in said, said

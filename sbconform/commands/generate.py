@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform generate: interrupted; nothing written to {out}", file=sys.stderr)
         return 130
     seconds = max(time.perf_counter() - started, 1e-6)
-    where = f"{result['buckets']} bucket files" if result["layout"] == "by-piece" else "one file"
+    where = (f"{len(list(out.glob('bucket-*')))} bucket files of {result['buckets']} buckets"
+             if result["layout"] == "by-piece" else "one file")  # a bucket no piece falls in has no file
     print(f"wrote {result['events']} events to {result['out']} ({result['layout']} layout, {where}) "
           f"in {seconds:.1f} s ({result['events'] / seconds:,.0f} events/s)")
     for r in result["injected"]:
@@ -113,6 +114,8 @@ def _out_problem(args: argparse.Namespace, out: Path) -> str | None:
     from ..trace.io import JSONL_SUFFIXES, PARQUET_SUFFIXES
 
     trace_file = out.suffix in PARQUET_SUFFIXES + JSONL_SUFFIXES
+    if _layout(args, out) == "time" and args.buckets is not None:
+        return "--buckets shapes the by-piece layout (a directory); a trace in position order is one file"
     if _layout(args, out) == "time":
         return None if trace_file else "a trace in position order (--layout time) is one file: name it .parquet or .jsonl"
     if trace_file:
