@@ -799,3 +799,27 @@ def test_a_malformed_transactional_outcome_is_refused_not_a_server_failure(srv: 
     r.read(3, until=lambda f: len(f.of(DISPOSITION)) > before or f.of(CLOSE))
     assert not r.frames.of(CLOSE), [condition_of(p[2]) for p in r.frames.of(CLOSE)]
     assert int(r.frames.of(DISPOSITION)[before][2].value[4].descriptor) == REJECTED
+
+
+def test_a_token_whose_name_is_no_url_is_refused_not_a_server_failure(srv: InProcess) -> None:
+    """A put-token (signed with the key) whose name is not a URL ('sb://[abc/q': an IPv6 host
+    never closed): urlparse raised inside the server and the connection closed with
+    amqp:internal-error. It is answered 401."""
+    from proton import Message as AmqpMessage
+
+    from sbconform.amqp.sas import make_token
+    from serve_support import KEY, KEY_NAME
+
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    name = "sb://[abc/q"
+    request = AmqpMessage(id="bad-url", body=make_token(name, KEY_NAME, KEY),
+                          properties={"operation": "put-token", "type": "jwt", "name": name})
+    before = len(c.frames.of(TRANSFER))
+    c.send(c.transfer(0, request.encode()))
+    c.read(3, until=lambda f: len(f.of(TRANSFER)) > before or f.of(CLOSE))
+    assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    reply = AmqpMessage()
+    reply.decode(c.frames.of(TRANSFER)[-1][3])
+    assert reply.correlation_id == "bad-url" and reply.properties["status-code"] == 401

@@ -42,8 +42,11 @@ class Nodes:
                 raise TokenError(f"unsupported CBS operation {props.get('operation')!r}")
             name = str(props.get("name", ""))
             _audience, expiry = check_grant(str(request.body), name, self.keys)
-            url = urlparse(name) if "://" in name else None
-            host = None if url is None else url.hostname or ""
+            try:
+                url = urlparse(name) if "://" in name else None
+                host = None if url is None else url.hostname or ""
+            except ValueError as error:  # ('sb://[abc/q': an IPv6 host never closed)
+                raise TokenError(f"the token's name is not a URL: {error}") from None
             if not names_this_namespace(host, state.connection.remote_hostname):
                 raise TokenError(f"the token's audience names the namespace {host!r}, not this one "
                                  f"({state.connection.remote_hostname or 'localhost'!r})")
