@@ -260,3 +260,11 @@ def test_generate_says_how_many_bucket_files_it_wrote(tmp_path, capsys) -> None:
     written = len(list(out.glob("bucket-*.parquet")))
     said = capsys.readouterr().out
     assert written < 1000 and f"{written} bucket files" in said, said
+
+
+def test_convert_a_directory_without_traces_is_one_line_not_zero_events_written(tmp_path, capsys) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "notes.txt").write_text("not a trace")
+    line = one_error(capsys, ["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "jsonl"])
+    assert str(tmp_path / "src") in line and "no trace files" in line
+

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trace.io import TraceCut, TraceFormatError, convert, convert_dir
+    from ..trace.io import TraceCut, TraceFormatError, convert, convert_dir, trace_files
 
     cuts: list[TraceCut] = []
     if not Path(args.src).exists():
@@ -18,6 +18,9 @@ def run(args: argparse.Namespace) -> int:
         if Path(args.src).is_dir():
             if not args.to:
                 print("sbconform convert: SRC is a directory: say which encoding with --to jsonl|parquet", file=sys.stderr)
+                return 2
+            if not any(True for _ in trace_files(Path(args.src))):  # "0 events -> DST" and nothing written
+                print(f"sbconform convert: {args.src}: no trace files (.jsonl, .parquet) in it", file=sys.stderr)
                 return 2
             count = convert_dir(args.src, args.dst, args.to, on_cut=cuts.append)
         else:
