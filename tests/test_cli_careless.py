@@ -268,3 +268,9 @@ def test_convert_a_directory_without_traces_is_one_line_not_zero_events_written(
     line = one_error(capsys, ["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "jsonl"])
     assert str(tmp_path / "src") in line and "no trace files" in line
 
+
+def test_convert_to_that_contradicts_the_destination_suffix_is_refused(tmp_path, capsys, small_trace) -> None:
+    """With a file SRC the encoding is DST's suffix: --to jsonl with out.parquet wrote Parquet, silently."""
+    line = one_error(capsys, ["convert", str(small_trace), str(tmp_path / "out.parquet"), "--to", "jsonl"])
+    assert "--to jsonl" in line and ".parquet" in line
+    assert not (tmp_path / "out.parquet").exists()

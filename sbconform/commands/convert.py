@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trace.io import TraceCut, TraceFormatError, convert, convert_dir, trace_files
+    from ..trace.io import JSONL_SUFFIXES, PARQUET_SUFFIXES, TraceCut, TraceFormatError, convert, convert_dir, trace_files
 
     cuts: list[TraceCut] = []
     if not Path(args.src).exists():
@@ -24,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             count = convert_dir(args.src, args.dst, args.to, on_cut=cuts.append)
         else:
+            if args.to and Path(args.dst).suffix not in (JSONL_SUFFIXES if args.to == "jsonl" else PARQUET_SUFFIXES):
+                print(f"sbconform convert: --to {args.to} but {args.dst} names a {Path(args.dst).suffix or 'suffixless'} "
+                      f"file: the suffix of DST chooses a file's encoding", file=sys.stderr)
+                return 2
             count = convert(args.src, args.dst, on_cut=cuts.append)
     except TraceFormatError as error:
         print(f"sbconform convert: {error}", file=sys.stderr)
