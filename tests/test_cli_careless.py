@@ -274,3 +274,10 @@ def test_convert_to_that_contradicts_the_destination_suffix_is_refused(tmp_path,
     line = one_error(capsys, ["convert", str(small_trace), str(tmp_path / "out.parquet"), "--to", "jsonl"])
     assert "--to jsonl" in line and ".parquet" in line
     assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("value", ["-5", "many"])
+def test_diff_limit_that_is_not_a_count_is_refused_when_parsed(capsys, value) -> None:
+    """--help says 0 shows all; -5 showed all too, silently."""
+    line = one_error(capsys, ["diff", "a.jsonl", "b.jsonl", "--limit", value])
+    assert "--limit" in line and value in line

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..argtypes import whole
+
 
 def run(args: argparse.Namespace) -> int:
     from ..trace.diff import diff_paths
@@ -53,5 +55,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("a", help="trace file or directory of traces (A)")
     p.add_argument("b", help="trace file or directory of traces (B)")
-    p.add_argument("--limit", type=int, default=50, help="differences shown per trace (0: all)")
+    p.add_argument("--limit", type=whole(0), default=50, help="differences shown per trace (0: all)")
     p.set_defaults(func=run)
