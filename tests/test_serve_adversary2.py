@@ -823,3 +823,18 @@ def test_a_token_whose_name_is_no_url_is_refused_not_a_server_failure(srv: InPro
     reply = AmqpMessage()
     reply.decode(c.frames.of(TRANSFER)[-1][3])
     assert reply.correlation_id == "bad-url" and reply.properties["status-code"] == 401
+
+
+@pytest.mark.parametrize("sending", [True, False], ids=["sender", "receiver"])
+@pytest.mark.parametrize("address", ["amqps://[abc/q", "amqps://[abc/$cbs"])
+def test_an_address_that_is_no_url_is_no_server_failure(srv: InProcess, sending: bool, address: str) -> None:
+    """An ATTACH (no token needed) whose address has a scheme but is no URL ('amqps://[abc/q'):
+    urlparse raised inside the attach and the connection closed with amqp:internal-error. The
+    address's path is read as any address's is (its host is not looked at)."""
+    c = RawClient(srv.port)
+    c.open_session()
+    c.send(attach("x", 3, address, sending))
+    c.read(2, until=lambda f: f.of(CLOSE) or f.of(ATTACH))
+    assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    assert c.frames.of(ATTACH)
+    served(srv.port)

@@ -83,7 +83,11 @@ def entity_path(address: str | None) -> str:
     if not address:
         return ""
     if "://" in address:
-        return urlparse(address).path.lstrip("/")
+        try:
+            return urlparse(address).path.lstrip("/")
+        except ValueError:  # no URL ('amqps://[abc/q': an IPv6 host never closed): its path all the same
+            path = address.split("://", 1)[1].partition("/")[2]
+            return path.split("?", 1)[0].split("#", 1)[0]
     return address.lstrip("/")
 
 
