@@ -281,3 +281,18 @@ def test_diff_limit_that_is_not_a_count_is_refused_when_parsed(capsys, value) ->
     """--help says 0 shows all; -5 showed all too, silently."""
     line = one_error(capsys, ["diff", "a.jsonl", "b.jsonl", "--limit", value])
     assert "--limit" in line and value in line
+
+
+@pytest.mark.parametrize("master", ["nonsense", "local[0]", "local[x]", "local[2", "spark//host:7077", ""])
+def test_replay_master_that_spark_cannot_take_is_refused_when_parsed(capsys, master) -> None:
+    """Spark's JVM exited on it and the user read 'the replay failed, no verdict: PySparkRuntimeError'."""
+    line = one_error(capsys, ["replay", "x.jsonl", "--master", master])
+    assert "--master" in line and "local[*]" in line
+
+
+@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[4,3]", "local[*,2]", "local-cluster[2,1,1024]",
+                                    "spark://host:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://host:443"])
+def test_replay_takes_the_masters_spark_documents(master) -> None:
+    from sbconform.cli import build_parser
+
+    assert build_parser().parse_args(["replay", "x.jsonl", "--master", master]).master == master

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -13,6 +14,18 @@ from pathlib import Path
 
 from ..progress import LiveLine, count
 from .cost import positive
+
+
+#: the master URLs Spark takes (its "Master URLs" table): anything else makes its JVM exit at start
+MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[[1-9]\d*,[1-9]\d*,[1-9]\d*\]"
+                    r"|yarn|(spark|k8s|mesos)://\S+")
+
+
+def master(text: str) -> str:
+    if not MASTER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Spark master URL: local, local[N], local[*], "
+                                         f"spark://HOST:PORT, yarn, k8s://URL")
+    return text
 
 
 def print_summary(summary: dict, out: str | None) -> None:
@@ -195,7 +208,7 @@ class _LocalLine:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="check traces against the reference model on Spark; exit 0 valid, 1 violations, 2 undecided")
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (local or any Hadoop-compatible URI)")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*]; under spark-submit use scripts/spark_replay_job.py)")
+    p.add_argument("--master", type=master, default="local[*]", help="Spark master (default local[*]; under spark-submit use scripts/spark_replay_job.py)")
     p.add_argument("--out", metavar="DIR", help="results: pieces.parquet (one row per piece), violations.jsonl, summary.json "
                         "(default: replay-out with Spark; nothing written with --local)")
     p.add_argument("--local", action="store_true", help="check in this process, without Spark")
