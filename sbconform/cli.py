@@ -28,7 +28,8 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default in (None, [], False, argparse.SUPPRESS) or "default" in text:
+        nothing = action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS)
+        if nothing or "default" in text:  # `0 in (False,)` is true: a default of 0 is shown
             return text
         return super()._get_help_string(action)
 

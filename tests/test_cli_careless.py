@@ -296,3 +296,12 @@ def test_replay_takes_the_masters_spark_documents(master) -> None:
     from sbconform.cli import build_parser
 
     assert build_parser().parse_args(["replay", "x.jsonl", "--master", master]).master == master
+
+
+def test_a_default_of_zero_is_shown_in_help() -> None:
+    """The formatter hid defaults equal to False, and 0 == False: generate --seed showed none."""
+    from sbconform.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    text = " ".join(sub.choices["generate"].format_help().split())
+    assert "the same seed writes the same trace (default: 0)" in text
