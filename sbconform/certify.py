@@ -37,6 +37,7 @@ from .results import RunResults, TestMeta, TestResult, default_meta, make_result
 from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
 
 INTERRUPTED = 130
+TRAILER = ("rootdir:", "inifile:", "configfile:")  # pytest's lines after its error: not what broke
 
 
 class CertifyError(Exception):
@@ -301,7 +302,7 @@ class _Run:
             with self.log_lock:
                 self.log.write(f"[{name}] {text}")
                 self.log.flush()
-            self.last_line = text.strip() or getattr(self, "last_line", "")
+            self.last_line = getattr(self, "last_line", "") if text.isspace() or text.strip().startswith(TRAILER) else text.strip()
 
     def stop_all(self, grace: float = 5.0) -> None:
         """SIGTERM every child's process group (the tests and what they started), SIGKILL after ``grace``."""
@@ -386,7 +387,7 @@ class _Run:
         with self.log_lock:
             self.log.write(mask(listing.stdout[-20000:] + listing.stderr[-5000:]))
         if listing.returncode not in (0, 5):
-            lines = [line for line in (listing.stdout + listing.stderr).splitlines() if line.strip()]
+            lines = [line for line in (listing.stdout + listing.stderr).splitlines() if line.strip() and not line.strip().startswith(TRAILER)]
             self.broke = f"collecting the tests failed: {mask(lines[-1]) if lines else 'no output'}"
             return None
         ids = [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]

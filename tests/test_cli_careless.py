@@ -305,3 +305,12 @@ def test_a_default_of_zero_is_shown_in_help() -> None:
     sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
     text = " ".join(sub.choices["generate"].format_help().split())
     assert "the same seed writes the same trace (default: 0)" in text
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_certify_test_args_the_runner_refuses_are_named(tmp_path, capsys, jobs) -> None:
+    """The line said 'the test run broke (...: rootdir: /work/main)', pytest's last line, not its error."""
+    err = None
+    assert main(["certify", "--jobs", jobs, "--report-dir", str(tmp_path), "--", "--bogus-flag"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --bogus-flag" in err and "rootdir:" not in err, err
