@@ -73,14 +73,23 @@ def selects(pattern: str, clause: Any) -> bool:
     return pattern == clause.area or fnmatch.fnmatchcase(clause.id, pattern.upper())
 
 
+#: an expectations file has an entry per clause (the emulator's: 21 kB); past this it is not one
+MAX_EXPECTATIONS_BYTES = 4 * 1024 * 1024
+
+
 def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
     if path is None:
         return {}
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_EXPECTATIONS_BYTES:
+            raise ValueError(f"{path}: too large for an expectations file ({path.stat().st_size:,} bytes; "
+                             f"at most {MAX_EXPECTATIONS_BYTES:,})")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ValueError(f"{path}: cannot read expectations: {error}") from error
+    except RecursionError:
+        raise ValueError(f"{path}: cannot read expectations: arrays or tables nested too deeply") from None
     unknown = sorted(set(data) - {"clauses", "quotas"})  # quotas: the emulator's, documentation for the reader
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}: expected [clauses.ID] tables "

@@ -314,3 +314,20 @@ def test_certify_test_args_the_runner_refuses_are_named(tmp_path, capsys, jobs) 
     assert main(["certify", "--jobs", jobs, "--report-dir", str(tmp_path), "--", "--bogus-flag"]) == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: --bogus-flag" in err and "rootdir:" not in err, err
+
+
+def test_an_expectations_file_too_large_to_be_one_is_refused_without_reading_it(tmp_path, capsys) -> None:
+    from sbconform.report import MAX_EXPECTATIONS_BYTES
+
+    path = tmp_path / "huge.toml"
+    with path.open("wb") as f:
+        f.truncate(MAX_EXPECTATIONS_BYTES + 1)
+    line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(path)])
+    assert str(path) in line and "too large" in line
+
+
+def test_an_expectations_file_nested_too_deeply_is_one_line(tmp_path, capsys) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 100_000 + "\n")
+    line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(path)])
+    assert str(path) in line and "nested" in line
