@@ -331,3 +331,24 @@ def test_an_expectations_file_nested_too_deeply_is_one_line(tmp_path, capsys) ->
     path.write_text("x = " + "[" * 100_000 + "\n")
     line = one_error(capsys, ["certify", "--report-dir", str(tmp_path / "r"), "--expectations", str(path)])
     assert str(path) in line and "nested" in line
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_replay_of_one_file_twice_or_of_two_traces_is_refused_not_a_violation(tmp_path, capsys, local) -> None:
+    """Their events were checked as one trace: each entity's operations twice, or two runs'
+    interleaved, and replay found 'violations' (exit 1) in traces that are each valid."""
+    pytest.importorskip("pyarrow")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert main(["generate", "--events", "10", "--entities", "2", "--seed", "1", "--out", str(a)]) == 0
+    assert main(["generate", "--events", "10", "--entities", "2", "--seed", "2", "--out", str(b)]) == 0
+    assert main(["replay", "--local", str(a)]) == 0 and main(["replay", "--local", str(b)]) == 0
+    capsys.readouterr()
+    spark = [] if not local else ["--local"]
+    line = one_error(capsys, ["replay", *spark, str(a), str(tmp_path / "." / "a.jsonl")])
+    assert "twice" in line and str(a) in line
+    line = one_error(capsys, ["replay", *spark, str(a), str(b)])
+    assert "different traces" in line and str(a) in line and str(b) in line
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "b.jsonl").write_bytes(b.read_bytes())
+    line = one_error(capsys, ["replay", *spark, str(a), str(tmp_path / "dir")])
+    assert "different traces" in line

@@ -74,6 +74,27 @@ def preflight(paths: list[str], out: str | None) -> str | None:
                 return f"reading Parquet needs pyarrow (pip install 'sbconform[spark]'): {error}"
             except Exception as error:  # pyarrow.ArrowInvalid, OSError
                 return f"{name}: not a readable Parquet file ({str(error).splitlines()[0][:200]})"
+    return _one_trace(where["files"])
+
+
+def _one_trace(files: list[str]) -> str | None:
+    """The inputs are checked as one trace (pieces by entity): a file named twice would have
+    every operation checked twice, and two traces' events interleaved, each found 'violations'."""
+    from ..trace.io import read_header
+
+    seen: dict[str, str] = {}
+    traces: dict[str, str] = {}
+    for name in files:
+        real = os.path.realpath(name)
+        if real in seen:
+            return f"{name}: given twice (also as {seen[real]}): its events would be checked twice"
+        seen[real] = name
+        trace = str(read_header(name).get("trace"))
+        traces.setdefault(trace, name)
+        if len(traces) > 1:
+            (first, one), (second, other) = traces.items()
+            return (f"{one} and {other} hold different traces ({first!r}, {second!r}): replay one trace at a time "
+                    f"(their events would be checked as one trace's)")
     return None
 
 
