@@ -352,3 +352,14 @@ def test_replay_of_one_file_twice_or_of_two_traces_is_refused_not_a_violation(tm
     (tmp_path / "dir" / "b.jsonl").write_bytes(b.read_bytes())
     line = one_error(capsys, ["replay", *spark, str(a), str(tmp_path / "dir")])
     assert "different traces" in line
+
+
+def test_replay_help_names_the_files_local_writes(tmp_path, small_trace) -> None:
+    """--help listed pieces.parquet and violations.jsonl; --local --out writes pieces.jsonl and summary.json."""
+    from sbconform.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    text = " ".join(sub.choices["replay"].format_help().split())
+    assert "with --local: pieces.jsonl, summary.json" in text
+    assert main(["replay", "--local", str(small_trace), "--out", str(tmp_path / "o")]) == 0
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["pieces.jsonl", "summary.json"]

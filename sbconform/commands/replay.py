@@ -231,7 +231,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (local or any Hadoop-compatible URI)")
     p.add_argument("--master", type=master, default="local[*]", help="Spark master (default local[*]; under spark-submit use scripts/spark_replay_job.py)")
     p.add_argument("--out", metavar="DIR", help="results: pieces.parquet (one row per piece), violations.jsonl, summary.json "
-                        "(default: replay-out with Spark; nothing written with --local)")
+                        "(with --local: pieces.jsonl, summary.json) (default: replay-out with Spark; nothing written "
+                        "with --local)")
     p.add_argument("--local", action="store_true", help="check in this process, without Spark")
     p.add_argument("--layout", choices=("by-piece", "time"), help="override the detected layout (remote inputs)")
     p.add_argument("--reader", choices=("arrow", "spark"), default="arrow",
