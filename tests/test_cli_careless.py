@@ -363,3 +363,23 @@ def test_replay_help_names_the_files_local_writes(tmp_path, small_trace) -> None
     assert "with --local: pieces.jsonl, summary.json" in text
     assert main(["replay", "--local", str(small_trace), "--out", str(tmp_path / "o")]) == 0
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["pieces.jsonl", "summary.json"]
+
+
+def test_generate_never_removes_a_directory_that_is_not_a_trace(tmp_path, capsys) -> None:
+    """--out naming an existing directory replaced it whole (shutil.rmtree): `--out ~/work` lost the work."""
+    pytest.importorskip("pyarrow")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work")
+    line = one_error(capsys, ["generate", "--events", "10", "--out", str(mine)])
+    assert str(mine) in line and "thesis.txt" in line
+    assert (mine / "thesis.txt").read_text() == "years of work"
+    # a trace generate wrote, or an empty directory, is still replaced
+    trace = tmp_path / "trace"
+    assert main(["generate", "--events", "10", "--out", str(trace)]) == 0
+    assert main(["generate", "--events", "10", "--seed", "3", "--inject", "lost-message", "--out", str(trace)]) == 0
+    assert main(["generate", "--events", "10", "--out", str(trace)]) == 0
+    assert not (trace / "_injected.json").exists()
+    (tmp_path / "empty").mkdir()
+    assert main(["generate", "--events", "10", "--out", str(tmp_path / "empty")]) == 0
+

@@ -120,6 +120,12 @@ def _out_problem(args: argparse.Namespace, out: Path) -> str | None:
         return None if trace_file else "a trace in position order (--layout time) is one file: name it .parquet or .jsonl"
     if trace_file:
         return "the by-piece layout writes a directory: name it without a .parquet / .jsonl suffix"
+    if out.is_dir():  # replaced whole when the new trace is written: only if it is one generate wrote
+        foreign = sorted(p.name for p in out.iterdir() if not (p.name in ("_layout.json", "_injected.json") or (
+            p.name.startswith("bucket-") and p.suffix == ".parquet" and p.is_file())))
+        if foreign:
+            return (f"exists and holds what is not a by-piece trace ({', '.join(foreign[:3])}"
+                    f"{', ...' if len(foreign) > 3 else ''}), which writing the trace would remove: name a new directory")
     if args.layout is None and out.suffix[1:].isalpha() and not out.is_dir():
         return (f"neither a .parquet / .jsonl trace file nor a directory name ({out.suffix!r} is a file's suffix): "
                 f"name a trace file .parquet or .jsonl, or add --layout by-piece to write a directory of that name")
