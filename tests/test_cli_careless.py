@@ -383,3 +383,13 @@ def test_generate_never_removes_a_directory_that_is_not_a_trace(tmp_path, capsys
     (tmp_path / "empty").mkdir()
     assert main(["generate", "--events", "10", "--out", str(tmp_path / "empty")]) == 0
 
+
+@pytest.mark.parametrize("out", [".", "..", "/"])
+def test_generate_out_that_names_no_directory_of_its_own_is_one_line(tmp_path, capsys, monkeypatch, out) -> None:
+    """`--out .` was a ValueError traceback (PosixPath('.') has an empty name)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    line = one_error(capsys, ["generate", "--events", "10", "--out", out])
+    assert "--out" in line
+    assert list(work.iterdir()) == []

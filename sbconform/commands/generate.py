@@ -120,6 +120,8 @@ def _out_problem(args: argparse.Namespace, out: Path) -> str | None:
         return None if trace_file else "a trace in position order (--layout time) is one file: name it .parquet or .jsonl"
     if trace_file:
         return "the by-piece layout writes a directory: name it without a .parquet / .jsonl suffix"
+    if out.name in ("", ".", ".."):  # written beside under a temporary name, then renamed into place
+        return "name the trace's own directory or file (e.g. traces/run1), not . , .. or /"
     if out.is_dir():  # replaced whole when the new trace is written: only if it is one generate wrote
         foreign = sorted(p.name for p in out.iterdir() if not (p.name in ("_layout.json", "_injected.json") or (
             p.name.startswith("bucket-") and p.suffix == ".parquet" and p.is_file())))
