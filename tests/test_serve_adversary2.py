@@ -838,3 +838,25 @@ def test_an_address_that_is_no_url_is_no_server_failure(srv: InProcess, sending:
     assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
     assert c.frames.of(ATTACH)
     served(srv.port)
+
+
+@pytest.mark.parametrize("sending", [True, False], ids=["sender", "receiver"])
+@pytest.mark.parametrize("properties", ["text", 5, [1, 2]], ids=["string", "number", "list"])
+def test_attach_properties_that_are_no_map_are_no_server_failure(srv: InProcess, sending: bool, properties) -> None:
+    """An ATTACH's properties are a map (fields, AMQP 1.0 part 2, 2.7.3); read with .get, a
+    string, a number or a list raised inside the attach (a sender's send-via destination, a
+    session receiver's timeout) and the connection closed with amqp:internal-error (found by a
+    fuzz of ATTACH frames). They are read as no properties."""
+    from proton import symbol, ubyte
+
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    source = Described(ulong(0x28), [None if sending else "open", None, None, None, None, None, None,
+                                     None if sending else {symbol("com.microsoft:session-filter"): None}])
+    target = Described(ulong(0x29), ["open" if sending else None])
+    c.send(frame(performative(ATTACH, "p", uint(5), not sending, ubyte(0), ubyte(0), source, target,
+                              None, None, None, None, None, None, properties)))
+    c.read(1.5, until=lambda f: f.of(CLOSE) or any(p[2].value[0] == "p" for p in f.of(ATTACH)))
+    assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    assert any(p[2].value[0] == "p" for p in c.frames.of(ATTACH))

@@ -166,8 +166,15 @@ def open_coordinator(link: Link) -> None:
     link.open()
 
 
+def remote_properties(link: Link) -> dict:
+    """The properties of the client's ATTACH: a map (fields, AMQP 1.0 part 2, 2.7.3); anything
+    else reads as none."""
+    props = link.remote_properties
+    return props if isinstance(props, dict) else {}
+
+
 def destination_of(link: Link) -> str | None:
     """The send-via destination a sender named on its link, if any."""
-    props = link.remote_properties or {}
+    props = remote_properties(link)
     value = props.get(TRANSFER_DESTINATION)
     return None if value is None else str(value)

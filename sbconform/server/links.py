@@ -102,7 +102,7 @@ class Links:
             r.wants_session = True
             # The client's operation timeout, else the service's default (sbspec/wire.md 4)
             timeout_ms = v.SESSION_WAIT_MS
-            props = link.remote_properties or {}
+            props = coordinator.remote_properties(link)
             if props.get(v.ATTACH_TIMEOUT) is not None:
                 given = props[v.ATTACH_TIMEOUT]
                 if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given):
