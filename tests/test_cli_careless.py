@@ -393,3 +393,20 @@ def test_generate_out_that_names_no_directory_of_its_own_is_one_line(tmp_path, c
     line = one_error(capsys, ["generate", "--events", "10", "--out", out])
     assert "--out" in line
     assert list(work.iterdir()) == []
+
+
+def test_record_into_a_directory_holding_a_recording_is_refused_before_listening(tmp_path) -> None:
+    """--help says one recording per directory; a second with the same --trace-id overwrote the
+    first's <id>-00001.jsonl, and one with another id mixed two traces in the directory."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("proton")
+    out = tmp_path / "rec"
+    out.mkdir()
+    (out / "orders-00001.jsonl").write_text("the first recording\n")
+    done = subprocess.run([sys.executable, "-m", "sbconform.cli", "record", "--upstream", UPSTREAM, "--out", str(out),
+                           "--listen", "127.0.0.1:0", "--trace-id", "orders"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "orders-00001.jsonl" in done.stderr and "listening" not in done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert (out / "orders-00001.jsonl").read_text() == "the first recording\n"

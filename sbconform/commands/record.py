@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         print(f"sbconform record: --out {args.out}: is a file, not a directory", file=sys.stderr)
         return 2
+    held = sorted(p.name for p in Path(args.out).glob("*") if p.suffix in (".jsonl", ".ndjson", ".parquet", ".pq"))
+    if held:  # a second recording would overwrite the first's files (the same --trace-id) or mix two traces
+        print(f"sbconform record: --out {args.out}: already holds a recording ({', '.join(held[:2])}"
+              f"{', ...' if len(held) > 2 else ''}): one recording per directory; name a new one", file=sys.stderr)
+        return 2
     try:
         proxy = build(args.upstream, args.out, host, port, args.format, args.rotate, dict(args.key) if args.key else None,
                       args.describe, args.on_record_error, args.trace_id, args.record_attach)
