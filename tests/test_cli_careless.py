@@ -410,3 +410,15 @@ def test_record_into_a_directory_holding_a_recording_is_refused_before_listening
     assert done.returncode == 2 and "orders-00001.jsonl" in done.stderr and "listening" not in done.stdout
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert (out / "orders-00001.jsonl").read_text() == "the first recording\n"
+
+
+def test_serve_a_log_file_it_cannot_open_is_one_line(tmp_path, capsys) -> None:
+    """The config's Logging Type File logs to sbconform-serve.log beside it; a log that cannot be
+    opened there was an IsADirectoryError traceback."""
+    pytest.importorskip("proton")
+    config = tmp_path / "Config.json"
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [{"Name": "q1"}],
+                                                                 "Topics": []}], "Logging": {"Type": "File"}}}))
+    (tmp_path / "sbconform-serve.log").mkdir()
+    line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(config)])
+    assert "sbconform-serve.log" in line and "Logging" in line

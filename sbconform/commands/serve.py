@@ -67,7 +67,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform serve: {problem}", file=sys.stderr)
         return 2
     defaults = args.config is None and _default_entities(config)
-    _logging(args, config)
+    try:
+        _logging(args, config)
+    except OSError as error:
+        print(f"sbconform serve: {args.config}: its Logging Type File logs to {error.filename}, which cannot be opened: "
+              f"{error.strerror}", file=sys.stderr)
+        return 2
     server = Server(config, args.host, args.port, limits=limits)
     try:
         port = server.start()
