@@ -860,3 +860,24 @@ def test_attach_properties_that_are_no_map_are_no_server_failure(srv: InProcess,
     c.read(1.5, until=lambda f: f.of(CLOSE) or any(p[2].value[0] == "p" for p in f.of(ATTACH)))
     assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
     assert any(p[2].value[0] == "p" for p in c.frames.of(ATTACH))
+
+
+def test_a_control_request_whose_properties_are_no_map_is_a_bad_request(srv: InProcess) -> None:
+    """The $sbconform node read a request's 'properties' with .items(): a string (or any value
+    but a map) raised AttributeError inside the server and the connection closed with
+    amqp:internal-error (found by a fuzz of control requests). It is answered 400."""
+    from sbconform.amqp.sas import make_token
+    from serve_support import KEY, KEY_NAME
+
+    c = RawClient(srv.port)
+    c.open_session()
+    c.send(attach("m", 10, "$sbconform", True), attach("mr", 11, "$sbconform", False), flow(11, 10))
+    c.read(1, until=lambda f: len(f.of(ATTACH)) >= 2)
+    request = Message(id="ctl", reply_to="$sbconform", body={"name": "q9", "properties": "not a map"},
+                      properties={"operation": "create-queue", "authorization": make_token("sb://sbconform/$sbconform", KEY_NAME, KEY)})
+    c.send(c.transfer(10, request.encode()))
+    c.read(3, until=lambda f: f.of(TRANSFER) or f.of(CLOSE))
+    assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    reply = Message()
+    reply.decode(c.frames.of(TRANSFER)[-1][3])
+    assert reply.properties["statusCode"] == 400

@@ -123,7 +123,10 @@ def dispatch(ns: Namespace, clock: WallClock, operation: str, body: dict) -> tup
     handler = OPERATIONS.get(operation)
     if handler is None:
         raise ServiceBusError(ErrorCode.INVALID_OPERATION, f"unknown control operation {operation!r}")
-    props = {str(k): val for k, val in (body.get("properties") or {}).items()}
+    given = body.get("properties") or {}
+    if not isinstance(given, dict):
+        raise ValueError("properties is not a map")
+    props = {str(k): val for k, val in given.items()}
     if operation in LOGGED:
         log.info("entity %s: %s", operation, body.get("path") or "/".join(str(body[k]) for k in ("topic", "name") if k in body))
     return handler(ns, clock, body, props)
