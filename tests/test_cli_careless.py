@@ -422,3 +422,17 @@ def test_serve_a_log_file_it_cannot_open_is_one_line(tmp_path, capsys) -> None:
     (tmp_path / "sbconform-serve.log").mkdir()
     line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(config)])
     assert "sbconform-serve.log" in line and "Logging" in line
+
+
+@pytest.mark.parametrize("secondary, says", [
+    ("garbage", "not a Service Bus connection string"),
+    ("Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0U0VDT05E;UseDevelopmentEmulator=true",
+     "nothing listens on 127.0.0.1:1"),
+])
+def test_certify_sdk_secondary_that_is_wrong_is_one_line_not_a_failing_clause(tmp_path, capsys, secondary, says) -> None:
+    """A pairing's secondary namespace was not preflighted: its every paired scenario failed and
+    certify said FAILED, exit 1, for the user's typo."""
+    line = one_error(capsys, ["certify", "--target", "sdk", "--connection-string", UPSTREAM, "--clause", "PAIR-API-001",
+                              "--option", f"secondary={secondary}", "--report-dir", str(tmp_path / "r")])
+    assert "secondary" in line and says in line and "c2VjcmV0U0VDT05E" not in line
+    assert not (tmp_path / "r" / "report.json").exists()

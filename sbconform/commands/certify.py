@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from ..argtypes import seconds
 
 
+def _secondary_problem(args: argparse.Namespace) -> str | None:
+    """The sdk target's ``secondary=`` namespace (paired scenarios) checked as the primary is
+    (targets/preflight.py): wrong, every paired scenario failed, and the run said FAILED, exit 1."""
+    from ..secrets import mask
+    from ..targets.preflight import PreflightError, check_connection_string
+
+    options = dict(o.partition("=")[::2] for o in args.option if "=" in o)
+    if args.target != "sdk" or not options.get("secondary"):
+        return None
+    try:
+        check_connection_string(options["secondary"], options.get("control", "auto"))
+    except PreflightError as error:
+        return f"--option secondary: {mask(str(error))}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..certify import certify
 
+    problem = _secondary_problem(args)
+    if problem:
+        print(f"sbconform certify: {problem}", file=sys.stderr)
+        return 2
     return certify(
         args.target,
         Path(args.report_dir or f"reports/{args.target}"),
