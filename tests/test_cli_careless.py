@@ -436,3 +436,10 @@ def test_certify_sdk_secondary_that_is_wrong_is_one_line_not_a_failing_clause(tm
                               "--option", f"secondary={secondary}", "--report-dir", str(tmp_path / "r")])
     assert "secondary" in line and says in line and "c2VjcmV0U0VDT05E" not in line
     assert not (tmp_path / "r" / "report.json").exists()
+
+
+@pytest.mark.parametrize("host", ["", " "])
+def test_serve_an_empty_host_is_refused_not_every_interface(capsys, host) -> None:
+    """--host '' bound every interface ('listening on :43675'), which SECURITY.md asks for only as 0.0.0.0."""
+    line = one_error(capsys, ["serve", "--host", host, "--port", "0", "--http-port", "-1"])
+    assert "--host" in line and "0.0.0.0" in line

@@ -36,6 +36,13 @@ LIMIT_FLAGS = {
 }
 
 
+def host(text: str) -> str:
+    """An address to listen on: an empty one would be every interface, unasked (SECURITY.md)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: name an address (127.0.0.1; 0.0.0.0 for every interface)")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         from ..server import ConfigError, Server, load_config
@@ -106,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the reference namespace over AMQP 1.0 (for the azure-servicebus SDK)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface: see SECURITY.md)")
+    p.add_argument("--host", type=host, default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface: see SECURITY.md)")
     p.add_argument("--port", type=port, default=5672, help="0 picks a free port (printed on the first line)")
     p.add_argument("--config", default=None, help="entities, in the schema of Microsoft's emulator (Config.json)")
     p.add_argument("--http-port", type=port_or_none, default=None,
