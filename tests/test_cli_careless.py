@@ -443,3 +443,15 @@ def test_serve_an_empty_host_is_refused_not_every_interface(capsys, host) -> Non
     """--host '' bound every interface ('listening on :43675'), which SECURITY.md asks for only as 0.0.0.0."""
     line = one_error(capsys, ["serve", "--host", host, "--port", "0", "--http-port", "-1"])
     assert "--host" in line and "0.0.0.0" in line
+
+
+def test_replay_out_into_an_input_directory_is_refused(tmp_path, capsys, small_trace) -> None:
+    """Its pieces.jsonl (and Spark's violations.jsonl) landed among the traces: the next replay of
+    the directory took it for a trace and refused the directory."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "t.jsonl").write_bytes(small_trace.read_bytes())
+    line = one_error(capsys, ["replay", "--local", str(traces), "--out", str(tmp_path / "traces" / ".")])
+    assert "--out" in line and str(traces) in line
+    assert sorted(p.name for p in traces.iterdir()) == ["t.jsonl"]
+    assert main(["replay", "--local", str(traces)]) == 0

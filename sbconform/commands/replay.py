@@ -60,6 +60,8 @@ def preflight(paths: list[str], out: str | None) -> str | None:
             return f"--out {out}: cannot create the directory {target.parent}: {error.strerror or error}"
     if any(_is_remote(p) for p in paths):
         return None
+    if out and any(Path(p).is_dir() and os.path.realpath(p) == os.path.realpath(out) for p in paths):
+        return f"--out {out}: is an input directory: the results (.jsonl among them) would be read as traces next time"
     where = locate(paths)
     for name in where["files"]:
         path = Path(name)
