@@ -455,3 +455,18 @@ def test_replay_out_into_an_input_directory_is_refused(tmp_path, capsys, small_t
     assert "--out" in line and str(traces) in line
     assert sorted(p.name for p in traces.iterdir()) == ["t.jsonl"]
     assert main(["replay", "--local", str(traces)]) == 0
+
+
+def test_certify_an_option_given_twice_with_two_values_is_refused(tmp_path, capsys) -> None:
+    """--option serve=true --option serve=false: the last won, silently."""
+    line = one_error(capsys, ["certify", "--target", "sdk", "--option", "serve=true", "--option", " serve=false",
+                              "--report-dir", str(tmp_path / "r")])
+    assert "serve" in line and "twice" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_certify_an_option_given_twice_hides_a_key_it_holds(tmp_path, capsys) -> None:
+    cs = "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0VFdJQ0U="
+    line = one_error(capsys, ["certify", "--target", "sdk", "--option", f"secondary={cs}", "--option", "secondary=x",
+                              "--report-dir", str(tmp_path / "r")])
+    assert "twice" in line and "c2VjcmV0VFdJQ0U" not in line

@@ -26,10 +26,24 @@ def _secondary_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _twice(options: list[str]) -> str | None:
+    """An option given twice with two values: which one was meant? (The last won, silently.)"""
+    from ..secrets import mask
+
+    seen: dict[str, str] = {}
+    for option in options:
+        key, _, value = option.partition("=")
+        key, value = key.strip(), value.strip()
+        if key in seen and seen[key] != value:
+            return mask(f"--option {key} given twice ({seen[key]!r}, {value!r}): give it once")
+        seen[key] = value
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..certify import certify
 
-    problem = _secondary_problem(args)
+    problem = _twice(args.option) or _secondary_problem(args)
     if problem:
         print(f"sbconform certify: {problem}", file=sys.stderr)
         return 2
