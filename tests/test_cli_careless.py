@@ -470,3 +470,15 @@ def test_certify_an_option_given_twice_hides_a_key_it_holds(tmp_path, capsys) ->
     line = one_error(capsys, ["certify", "--target", "sdk", "--option", f"secondary={cs}", "--option", "secondary=x",
                               "--report-dir", str(tmp_path / "r")])
     assert "twice" in line and "c2VjcmV0VFdJQ0U" not in line
+
+
+@pytest.mark.parametrize("jobs, says", [("100000", "at most 128"), ("0", "at least 1"), ("two", "whole number")])
+def test_certify_jobs_are_bounded_when_parsed(capsys, jobs, says) -> None:
+    """--jobs 100000 was taken: a full run starts a test process per test (1,100 of them) side by side."""
+    from sbconform.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(["certify", "--jobs", jobs])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "--jobs" in err and says in err and len(err.strip().splitlines()) == 1

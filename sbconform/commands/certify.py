@@ -7,7 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from ..argtypes import seconds
+from ..argtypes import seconds, whole
+
+#: test processes side by side (each a Python with the kit, the SDK, its own target)
+MAX_JOBS = 128
 
 
 def _secondary_problem(args: argparse.Namespace) -> str | None:
@@ -88,9 +91,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the others are reported as skipped, not selected, and the verdict covers only these")
     p.add_argument("--trace", default=None, metavar="DIR",
                    help="record every test's trace in DIR (one JSON Lines file per test; sbspec/trace-format.md)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--jobs", type=whole(1, MAX_JOBS, " (each is a test process, side by side)"),
+                   default=min(MAX_JOBS, os.cpu_count() or 1), metavar="N",
                    help="run the tests in N processes side by side (real-time targets wait in parallel); "
-                        "default: the number of cores")
+                        "default: the number of cores; at most 128")
     p.add_argument("--shard-timeout", type=seconds(), default=None, metavar="SECONDS",
                    help="stop a test process still running after this long; "
                         "the test it had begun fails (timed out), those it never reached are not run")
