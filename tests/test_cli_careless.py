@@ -482,3 +482,14 @@ def test_certify_jobs_are_bounded_when_parsed(capsys, jobs, says) -> None:
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert "--jobs" in err and says in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--out", "--html"])
+def test_compare_output_naming_an_input_report_is_refused(tmp_path, capsys, flag) -> None:
+    """compare r/report.json --out r/report.json replaced the report with the markdown."""
+    (tmp_path / "r").mkdir()
+    path = tmp_path / "r" / "report.json"
+    path.write_text(json.dumps(a_report()))
+    line = one_error(capsys, ["compare", str(tmp_path / "r"), flag, str(path)])
+    assert flag in line and "input" in line
+    assert json.loads(path.read_text()) == a_report()

@@ -25,6 +25,11 @@ def run(args: argparse.Namespace) -> int:
         path = Path(name)
         if path.is_dir():
             path = path / "report.json"
+        for flag, out in (("--out", args.out), ("--html", args.html)):
+            if out and Path(out).resolve() == path.resolve():
+                print(f"sbconform compare: {flag} {out}: is an input report; writing it would replace the report",
+                      file=sys.stderr)
+                return 2
         try:
             if path.stat().st_size > MAX_REPORT_BYTES:
                 print(f"sbconform compare: {path}: too large for a report.json ({path.stat().st_size:,} bytes; "
