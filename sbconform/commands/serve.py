@@ -21,8 +21,8 @@ MAX_CONFIG_BYTES = 16 * 1024 * 1024
 #: flag -> (Limits field, kind, help); defaults are Limits' own (sbconform/server/limits.py);
 #: each kind refuses a bad value when the command line is parsed (sbconform/argtypes.py)
 LIMIT_FLAGS = {
-    "--max-delivery-size": ("max_delivery_size", COUNT, "largest delivery in bytes, over all its frames; past it the connection is closed"),
-    "--max-output-buffer": ("max_output_buffer", COUNT, "bytes buffered for one connection before the server stops reading from and sending to it"),
+    "--max-delivery-size": ("max_delivery_size", COUNT, "largest delivery in bytes, over all its frames (and all of a connection's deliveries in progress together); past it the connection is closed"),
+    "--max-output-buffer": ("max_output_buffer", COUNT, "bytes buffered for one connection before the server stops reading from and sending to it (and refuses its $cbs/$management requests: server-busy)"),
     "--open-timeout": ("open_timeout", SECONDS, "seconds a new connection has to send its OPEN"),
     "--idle-timeout": ("idle_timeout", SECONDS, "seconds without a frame before a connection is closed (advertised in OPEN)"),
     "--max-connections": ("max_connections", COUNT, "connections served at once; more are closed on accept"),
