@@ -144,7 +144,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
     report_dir = Path(report_dir).absolute()  # the test processes run in the kit's root, not the caller's directory
     expected, _ = _validate(target, report_dir, options, connection_string, expectations, clauses, jobs)
-    problem = output_problem(report_dir, junit_xml, html, trace_dir)  # said now, not after the run
+    problem = output_problem(report_dir, junit_xml, html, trace_dir, expectations)  # said now, not after the run
     if problem:
         raise CertifyError(problem)
     catalog = load_catalog()

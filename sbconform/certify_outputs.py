@@ -14,10 +14,12 @@ REPORT_FILES = ("report.json", "report.md", "run.log", "results.json", "collecte
 
 
 def output_problem(report_dir: Path, junit_xml: Path | str | None, html: Path | str | None,
-                   trace_dir: Path | str | None) -> str | None:
+                   trace_dir: Path | str | None, expectations: Path | str | None = None) -> str | None:
     """What is wrong with where certify is asked to write, else None."""
     outputs = [(flag, Path(path)) for flag, path in (("--junit-xml", junit_xml), ("--html", html)) if path is not None]
     for flag, path in outputs:
+        if expectations is not None and path.absolute().resolve() == Path(expectations).absolute().resolve():
+            return f"{flag} {path}: the --expectations file: writing it would replace the expectations"
         if path.is_dir():
             return f"{flag} {path}: is a directory; name the file to write"
         if any(p.exists() and not p.is_dir() for p in path.parents):

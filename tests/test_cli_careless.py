@@ -493,3 +493,13 @@ def test_compare_output_naming_an_input_report_is_refused(tmp_path, capsys, flag
     line = one_error(capsys, ["compare", str(tmp_path / "r"), flag, str(path)])
     assert flag in line and "input" in line
     assert json.loads(path.read_text()) == a_report()
+
+
+@pytest.mark.parametrize("flag", ["--html", "--junit-xml"])
+def test_certify_output_naming_the_expectations_file_is_refused(tmp_path, capsys, flag) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[clauses."SETTLE-SEND-001"]\nstatus = "skip"\nreason = "documented"\n')
+    line = one_error(capsys, ["certify", "--clause", "SETTLE-SEND-001", "--report-dir", str(tmp_path / "r"),
+                              "--expectations", str(mine), flag, str(mine)])
+    assert flag in line and "--expectations" in line
+    assert "documented" in mine.read_text()
