@@ -881,3 +881,16 @@ def test_a_control_request_whose_properties_are_no_map_is_a_bad_request(srv: InP
     reply = Message()
     reply.decode(c.frames.of(TRANSFER)[-1][3])
     assert reply.properties["statusCode"] == 400
+
+
+def test_a_transfer_of_no_bytes_is_rejected_with_a_reason_a_client_can_read(srv: InProcess) -> None:
+    """A bare message has a body section (AMQP 1.0 part 3, 3.2); a TRANSFER carrying no bytes at
+    all is rejected, and its reason says so: it read "'NoneType' has no len()"."""
+    c = authorized_sender(srv.port, "open")
+    before = len(c.frames.of(DISPOSITION))
+    c.send(c.transfer(5, b""))
+    state, condition = outcome(c, before)
+    assert (state, condition) == (REJECTED, "com.microsoft:argument-error")
+    description = str(list(c.frames.of(DISPOSITION)[before][2].value[4].value[0].value)[1])
+    assert "NoneType" not in description and "no bytes" in description, description
+    assert not c.closed and srv.active("open") == 0

@@ -286,6 +286,8 @@ class Deliveries:
         txn = coordinator.transactional(dlv)
         destination = coordinator.destination_of(link)
         try:
+            if not data:  # proton hands over None for a TRANSFER of no bytes
+                raise WireError("the transfer carried no bytes; a message has a body section (AMQP 1.0 part 3, 3.2)")
             check_size(self.namespace, address, len(data))  # the link's max-message-size, measured as sent
             if fmt == BATCH_FORMAT:
                 messages = [self._decode(part) for part in data_sections(data)]
