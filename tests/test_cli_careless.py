@@ -503,3 +503,47 @@ def test_certify_output_naming_the_expectations_file_is_refused(tmp_path, capsys
                               "--expectations", str(mine), flag, str(mine)])
     assert flag in line and "--expectations" in line
     assert "documented" in mine.read_text()
+
+
+def _fifo_fed(tmp_path: Path, data: bytes) -> Path:
+    """A named pipe a thread writes ``data`` into (what `<(...)` or /dev/zero give: no size to stat)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        try:
+            with open(fifo, "wb") as f:
+                for start in range(0, len(data), 1 << 20):
+                    f.write(data[start:start + (1 << 20)])
+        except OSError:  # the reader stopped reading: enough was read
+            pass
+    threading.Thread(target=feed, daemon=True).start()
+    return fifo
+
+
+def test_compare_reads_at_most_its_bound_from_a_pipe(tmp_path, capsys) -> None:
+    """stat says 0 bytes for a pipe or /dev/zero: compare /dev/zero grew past 24 GB."""
+    from sbconform.commands.compare import MAX_REPORT_BYTES
+
+    fifo = _fifo_fed(tmp_path, b" " * (MAX_REPORT_BYTES + 2))
+    line = one_error(capsys, ["compare", str(fifo)])
+    assert str(fifo) in line and "too large" in line
+
+
+def test_compare_still_reads_a_report_from_a_pipe(tmp_path, capsys) -> None:
+    fifo = _fifo_fed(tmp_path, json.dumps(a_report()).encode())
+    assert main(["compare", str(fifo)]) == 0
+    assert "| SETTLE-SEND-001 | MUST | pass |" in capsys.readouterr().out
+
+
+def test_serve_reads_at_most_its_bound_of_config_from_a_pipe(tmp_path, capsys) -> None:
+    """serve --config /dev/zero grew past 24 GB (load_config and the logging set-up read it whole)."""
+    pytest.importorskip("proton")
+    from sbconform.commands.serve import MAX_CONFIG_BYTES
+
+    fifo = _fifo_fed(tmp_path, b" " * (MAX_CONFIG_BYTES + 2))
+    line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(fifo)])
+    assert str(fifo) in line and "too large" in line

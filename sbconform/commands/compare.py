@@ -31,11 +31,13 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
         try:
-            if path.stat().st_size > MAX_REPORT_BYTES:
-                print(f"sbconform compare: {path}: too large for a report.json ({path.stat().st_size:,} bytes; "
-                      f"at most {MAX_REPORT_BYTES:,})", file=sys.stderr)
+            with path.open("rb") as f:  # read to the bound: a pipe or /dev/zero has no size to stat
+                raw = f.read(MAX_REPORT_BYTES + 1)
+            if len(raw) > MAX_REPORT_BYTES:
+                print(f"sbconform compare: {path}: too large for a report.json (more than {MAX_REPORT_BYTES:,} bytes)",
+                      file=sys.stderr)
                 return 2
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             print(f"sbconform compare: {path}: no such file", file=sys.stderr)
             return 2

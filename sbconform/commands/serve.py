@@ -45,7 +45,7 @@ def host(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..server import ConfigError, Server, load_config
+        from ..server import ConfigError, Server, load_config, parse_config
         from ..server.limits import Limits
     except ImportError as error:  # the sdk extra is missing
         print(f"sbconform serve needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
@@ -61,21 +61,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform serve: {error}", file=sys.stderr)
         return 2
     try:
-        problem = _config_problem(args.config)
+        data, problem = _read_config(args.config)
         if problem is None:
-            config = load_config(args.config)
+            config = load_config(None) if args.config is None else parse_config(data, args.config)
     except ConfigError as error:
         problem = str(error)
-    except UnicodeDecodeError:
-        problem = f"{args.config}: not UTF-8 text: not a JSON config file"
-    except RecursionError:
-        problem = f"{args.config}: JSON nested too deeply for a config file"
     if problem is not None:
         print(f"sbconform serve: {problem}", file=sys.stderr)
         return 2
     defaults = args.config is None and _default_entities(config)
     try:
-        _logging(args, config)
+        _logging(args, data)
     except OSError as error:
         print(f"sbconform serve: {args.config}: its Logging Type File logs to {error.filename}, which cannot be opened: "
               f"{error.strerror}", file=sys.stderr)
@@ -132,17 +128,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _config_problem(path: str | None) -> str | None:
-    """A config file too large to be one (refused before it is read), else None."""
-    import os
+def _read_config(path: str | None):
+    """The config file's JSON, read once and at most MAX_CONFIG_BYTES of it (a pipe or /dev/zero
+    has no size to stat), as (data, None), or (None, what is wrong with it)."""
+    import json
 
+    if path is None:
+        return None, None
     try:
-        size = os.stat(path).st_size if path is not None else 0
-    except OSError:
-        return None  # load_config says what is wrong with it
-    if size > MAX_CONFIG_BYTES:
-        return f"{path}: too large for a config file ({size:,} bytes; at most {MAX_CONFIG_BYTES:,})"
-    return None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        return None, f"{path}: cannot read the config file: {error.strerror}"
+    if len(raw) > MAX_CONFIG_BYTES:
+        return None, f"{path}: too large for a config file (more than {MAX_CONFIG_BYTES:,} bytes)"
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, f"{path}: not UTF-8 text: not a JSON config file"
+    except json.JSONDecodeError as error:
+        return None, f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}"
+    except RecursionError:
+        return None, f"{path}: JSON nested too deeply for a config file"
 
 
 def _default_entities(config) -> bool:
@@ -154,19 +161,18 @@ def _default_entities(config) -> bool:
     return True
 
 
-def _logging(args: argparse.Namespace, config) -> None:
+def _logging(args: argparse.Namespace, data) -> None:
     """``--log-level``, else the config's ``UserConfig.Logging.Type`` (``Console``: info on stderr;
-    ``File``: info in ``sbconform-serve.log`` beside the config), else warnings only."""
-    import json
+    ``File``: info in ``sbconform-serve.log`` beside the config), else warnings only. ``data``:
+    the config file's JSON (read once: a pipe gives it only once)."""
     from pathlib import Path
 
     kind = None
-    if args.config is not None:
+    if data is not None:
         try:
-            data = json.loads(Path(args.config).read_text(encoding="utf-8"))
             kind = str(((data.get("UserConfig") or {}).get("Logging") or {}).get("Type", "")).lower() or None
-        except (OSError, ValueError, AttributeError):
-            kind = None  # load_config has already judged the file
+        except AttributeError:
+            kind = None  # parse_config has already judged the file
     level = getattr(logging, (args.log_level or ("info" if kind else "warning")).upper())
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     if kind == "file":
