@@ -343,7 +343,7 @@ def test_replay_of_one_file_twice_or_of_two_traces_is_refused_not_a_violation(tm
     assert main(["generate", "--events", "10", "--entities", "2", "--seed", "2", "--out", str(b)]) == 0
     assert main(["replay", "--local", str(a)]) == 0 and main(["replay", "--local", str(b)]) == 0
     capsys.readouterr()
-    spark = [] if not local else ["--local"]
+    spark = ["--local"] if local else ["--out", str(tmp_path / "o")]  # never replay-out/ in the current directory
     line = one_error(capsys, ["replay", *spark, str(a), str(tmp_path / "." / "a.jsonl")])
     assert "twice" in line and str(a) in line
     line = one_error(capsys, ["replay", *spark, str(a), str(b)])
