@@ -19,7 +19,10 @@ for a local emulator).
 from __future__ import annotations
 
 import atexit
+import hashlib
+import tempfile
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,8 +61,38 @@ def paired_namespace(target: "SdkTarget") -> "SdkTarget":
     secondary.rest_port = rest_port  # the backlog queues are created through its management REST API
     # with virtual time, the secondary endpoint's clock is moved on with the primary's (share_clock)
     secondary.virtual_time = getattr(target, "virtual_time", False)
-    secondary.open()
+    if not target.serve:
+        hold_backlog_paths(secondary, connection_string or "", namespace_name(target))
+    try:
+        secondary.open()
+    except BaseException:
+        secondary.release_pairing()
+        raise
     return secondary
+
+
+def backlog_lock_path(secondary_connection_string: str, primary_namespace: str) -> Path:
+    """The lock file of one secondary endpoint's backlog queues for one primary namespace."""
+    from .sdk import parse_connection_string
+
+    endpoint = parse_connection_string(secondary_connection_string).get("endpoint", "").lower().rstrip("/")
+    key = hashlib.sha256(f"{endpoint}|{primary_namespace.lower()}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"sbconform-pairing-{key}.lock"
+
+
+def hold_backlog_paths(secondary: "SdkTarget", secondary_connection_string: str, primary_namespace: str) -> None:
+    """Backlog queues live at fixed paths (PAIR-BACKLOG-001): two test processes pairing on one
+    secondary namespace given by connection string (``certify --jobs N``) would share them, each
+    seeing the other's messages and deleting its queues. One pairing at a time per secondary
+    endpoint and primary namespace, across processes: a lock file, held until ``secondary``
+    closes (``SdkTarget.release_pairing``). With ``serve=true`` each process has its own secondary."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (not POSIX): pairings on one secondary need --jobs 1
+        return
+    handle = open(backlog_lock_path(secondary_connection_string, primary_namespace), "a")
+    fcntl.flock(handle, fcntl.LOCK_EX)  # waits while another process's pairing runs
+    secondary.pairing_lock = handle
 
 
 def create_queue_at(target: "SdkTarget", path: str, properties: dict[str, Any]) -> str:

@@ -138,6 +138,7 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
         self._opened = False
         self._low_level: LowLevelClient | None = None
         self.secondary_connection_string = secondary  # a pairing's secondary namespace (paired_sdk)
+        self.pairing_lock: Any = None  # as a pairing's secondary: the lock on its backlog paths (paired_sdk)
         self.rest_port: int | None = None  # the management REST port of an sbconform serve this target started
         self.time_control = False  # the endpoint's clock can be moved on (sbconform serve)
         self.skew = 0  # ms the endpoint's clock was moved on since open
@@ -249,6 +250,13 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
         if self._low_level is not None:
             self._low_level.close()
             self._low_level = None
+        self.release_pairing()  # after its backlog queues are deleted: the next pairing finds none
+
+    def release_pairing(self) -> None:
+        """Let the next pairing on this secondary namespace begin (paired_sdk.hold_backlog_paths)."""
+        if self.pairing_lock is not None:
+            self.pairing_lock.close()
+            self.pairing_lock = None
 
     def premium_namespace(self, partition_count: int) -> "SdkTarget":
         """With ``serve=true``: a target on another ``sbconform serve``, started with a
