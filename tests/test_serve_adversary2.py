@@ -29,17 +29,9 @@ from serve_support import (  # noqa: E402
     performative,
     transfer,
 )
-from test_serve_security import InProcess, authorized_sender, served  # noqa: E402
+from test_serve_security import InProcess, authorized_sender, served, srv  # noqa: E402,F401 (srv: the fixture)
 
 ACCEPTED, REJECTED = 0x24, 0x25
-
-
-@pytest.fixture
-def srv():
-    server = InProcess(link_credit=20, max_delivery_size=256 * 1024, max_output_buffer=512 * 1024,
-                       open_timeout=1.0, idle_timeout=10.0, max_connections=50)
-    yield server
-    server.stop()
 
 
 def outcome(c: RawClient, before: int) -> tuple[int, str | None]:
@@ -52,6 +44,19 @@ def outcome(c: RawClient, before: int) -> tuple[int, str | None]:
     if int(state.descriptor) == REJECTED and state.value and state.value[0] is not None:
         error = str(list(state.value[0].value)[0])
     return int(state.descriptor), error
+
+
+def locked_delivery(srv: InProcess, message_id: str) -> tuple[RawClient, int]:
+    """A message sent to 'open', taken by a raw receiver under a lock: the receiver and the delivery id."""
+    c = authorized_sender(srv.port, "open")
+    c.send(c.transfer(5, Message(body=b"x", id=message_id).encode()))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    r = RawClient(srv.port)
+    r.open_session()
+    assert r.put_token("open") == 200
+    r.send(attach("recv", 5, "open", False), flow(5, 1))
+    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
+    return r, int(r.frames.of(TRANSFER)[-1][2].value[1])
 
 
 def receive_all(port: int, path: str, credit: int = 10, wait: float = 1.5) -> tuple[RawClient, list[Message]]:
@@ -230,15 +235,7 @@ def test_a_dead_letter_reason_of_another_type_in_a_rejected_outcome_is_a_string(
     rejection already were."""
     from proton import symbol
 
-    c = authorized_sender(srv.port, "open")
-    c.send(c.transfer(5, Message(body=b"x", id="to-dlq").encode()))
-    assert outcome(c, 1) == (ACCEPTED, None)
-    r = RawClient(srv.port)
-    r.open_session()
-    assert r.put_token("open") == 200
-    r.send(attach("recv", 5, "open", False), flow(5, 1))
-    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
-    delivery_id = int(r.frames.of(TRANSFER)[-1][2].value[1])
+    r, delivery_id = locked_delivery(srv, "to-dlq")
     error = Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "dl",
                                     {symbol("DeadLetterReason"): 5, symbol("DeadLetterErrorDescription"): 6.5}])
     before = len(r.frames.of(DISPOSITION))
@@ -758,15 +755,7 @@ def test_a_rejected_outcome_whose_error_info_is_no_map_is_refused_not_a_server_f
     with amqp:internal-error. It is refused as the disposition's argument error; the lock stays."""
     from proton import symbol
 
-    c = authorized_sender(srv.port, "open")
-    c.send(c.transfer(5, Message(body=b"x", id="kept").encode()))
-    assert outcome(c, 1) == (ACCEPTED, None)
-    r = RawClient(srv.port)
-    r.open_session()
-    assert r.put_token("open") == 200
-    r.send(attach("recv", 5, "open", False), flow(5, 1))
-    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
-    delivery_id = int(r.frames.of(TRANSFER)[-1][2].value[1])
+    r, delivery_id = locked_delivery(srv, "kept")
     before = len(r.frames.of(DISPOSITION))
     error = Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "dl", info])
     r.send(frame(performative(DISPOSITION, True, uint(delivery_id), uint(delivery_id), False, Described(ulong(REJECTED), [error]))))
@@ -784,15 +773,7 @@ def test_a_malformed_transactional_outcome_is_refused_not_a_server_failure(srv: 
     list of fields (AMQP 1.0 part 3, 3.4: outcomes are described lists): list() or len() of it
     raised inside the server and closed the connection with amqp:internal-error (found by a
     fuzz of dispositions)."""
-    c = authorized_sender(srv.port, "open")
-    c.send(c.transfer(5, Message(body=b"x", id="kept").encode()))
-    assert outcome(c, 1) == (ACCEPTED, None)
-    r = RawClient(srv.port)
-    r.open_session()
-    assert r.put_token("open") == 200
-    r.send(attach("recv", 5, "open", False), flow(5, 1))
-    r.read(3, until=lambda f: len(f.of(TRANSFER)) > 1)
-    delivery_id = int(r.frames.of(TRANSFER)[-1][2].value[1])
+    r, delivery_id = locked_delivery(srv, "kept")
     before = len(r.frames.of(DISPOSITION))
     state = Described(ulong(0x34), [b"\x00" * 7 + b"\x01", txn_outcome])
     r.send(frame(performative(DISPOSITION, True, uint(delivery_id), uint(delivery_id), False, state)))
