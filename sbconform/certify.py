@@ -31,7 +31,7 @@ from sbspec import load_catalog
 
 from .certify_outputs import lock_report_dir, output_problem, report_dir_locks
 from .coverage import collection_paths, kit_root
-from .report import build_report, load_expectations, selects, write_junit, write_report
+from .report import build_report, clause_patterns, load_expectations, selects, write_junit, write_report
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
@@ -208,7 +208,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         print(f"sbconform certify: the test run broke ({run.broke}); no report written; full output in {log_path}",
               file=sys.stderr, flush=True)
         return 2
-    patterns = [p.strip() for arg in clauses for p in arg.split(",") if p.strip()]
+    patterns = clause_patterns(clauses)
     raw["selection"] = raw.get("selection") or patterns  # a run killed before it said so is still narrowed
     if run.timed_out and not incomplete:  # the user's time limit stopped tests: nothing is certified
         incomplete = (f"{run.timed_out} test process{'es' if run.timed_out > 1 else ''} stopped by --shard-timeout "

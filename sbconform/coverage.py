@@ -163,9 +163,9 @@ def collection_paths(root: Path, clauses: list[str], catalog: Catalog | None = N
     ``FEATURES_MODULE``), found statically, for collecting every module costs seconds per test
     process. No selection, or nothing found: the whole tests directory, as before. ``coverage``:
     ``check(root, catalog)`` done already."""
-    from .report import selects
+    from .report import clause_patterns, selects
 
-    patterns = [p.strip() for arg in clauses for p in arg.split(",") if p.strip()]
+    patterns = clause_patterns(clauses)
     files: set[str] = set()
     if patterns:
         coverage = coverage or check(root, catalog)

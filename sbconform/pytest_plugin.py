@@ -32,7 +32,7 @@ from sbreference import ServiceBusError
 from sbspec import CatalogError, load_catalog
 from sbspec.catalog import CLAUSE_ID
 
-from .report import selects
+from .report import clause_patterns, selects
 from .results import Collected, Outcome, RunResults, TestMeta, TestResult, make_result
 from .secrets import ENV as CONNECTION_STRING_ENV, mask
 from .targets import Target, make_target, names, parse_options
@@ -82,7 +82,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def clause_selection(config: pytest.Config) -> list[str]:
     """The --sb-clause patterns (commas split too); an unknown area or a pattern matching no
     clause is a usage error, so a typo never silently selects nothing."""
-    patterns = [p.strip() for arg in config.getoption("--sb-clause") or [] for p in arg.split(",") if p.strip()]
+    patterns = clause_patterns(config.getoption("--sb-clause") or [])
     for pattern in patterns:
         if not any(selects(pattern, clause) for clause in catalog().clauses.values()):
             raise pytest.UsageError(f"--sb-clause {pattern!r} matches no clause of the catalog (ids, globs or areas: "

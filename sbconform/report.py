@@ -68,6 +68,11 @@ def subject_of(clause: Any) -> str:
     return "client" if "client" in clause.tags else "broker"
 
 
+def clause_patterns(args: list[str]) -> list[str]:
+    """The clause selection patterns of ``--clause`` / ``--sb-clause`` arguments (commas split too)."""
+    return [p.strip() for arg in args for p in arg.split(",") if p.strip()]
+
+
 def selects(pattern: str, clause: Any) -> bool:
     """Does a clause selection pattern (an id, a glob, an area name) take this clause?"""
     return pattern == clause.area or fnmatch.fnmatchcase(clause.id, pattern.upper())
