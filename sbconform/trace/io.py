@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .schema import (FIELD_NAMES, META_KEY, OLD_META_KEY, OPERATIONS, PARQUET_OPTIONS, PHASES, REQUIRED, VERSION, Event,
-                     TraceFormatError, check_event, header, parquet_metadata)
+                     TraceFormatError, check_event, header, loads, parquet_metadata)
 from .schema import check_header as _check_header
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -77,7 +77,7 @@ class JsonlWriter:
             with open(self.path, "rb") as existing:
                 first = existing.readline()
             try:
-                found = _check_header(json.loads(first), f"{self.path}:1")
+                found = _check_header(loads(first, ""), f"{self.path}:1")
             except ValueError as error:
                 os.close(self._fd)
                 self._fd = None
@@ -127,7 +127,7 @@ def jsonl_header(path: str | os.PathLike) -> dict[str, Any]:
     if not first:
         raise TraceFormatError(f"{path}:1: empty file, no header line")
     try:
-        return _check_header(json.loads(first), f"{path}:1")
+        return _check_header(loads(first, ""), f"{path}:1")
     except ValueError as error:
         raise TraceFormatError(f"{path}:1: header line is not JSON ({error})") from None
 
@@ -157,7 +157,7 @@ def read_jsonl(
             on_cut(cut)
             return
         try:
-            head = _check_header(json.loads(first), f"{path_s}:1")
+            head = _check_header(loads(first, ""), f"{path_s}:1")
         except ValueError as error:
             raise TraceFormatError(f"{path_s}:1: header line is not JSON ({error})") from None
         trace = head["trace"]
@@ -174,7 +174,9 @@ def read_jsonl(
                 continue
             where = f"{path_s}:{lineno}"
             try:
-                obj = json.loads(raw)
+                obj = loads(raw, where)
+            except TraceFormatError:
+                raise
             except ValueError as error:
                 if f.read().strip():  # more follows: a bad line, not a cut
                     raise TraceFormatError(f"{where}: not a JSON object ({error})") from None
@@ -194,9 +196,9 @@ def read_jsonl(
         if pending is None:
             return
         try:
-            json.loads(pending)
+            loads(pending, "")
             detail = "the last line has no newline"
-        except ValueError as error:
+        except ValueError as error:  # a TraceFormatError too (nested too deeply)
             detail = f"the last line is incomplete JSON: {error}"
         cut = TraceCut(path_s, lineno, count, detail)
         if on_cut is None:
@@ -295,7 +297,7 @@ def parquet_header(path: str | os.PathLike) -> dict[str, Any]:
     if raw is None:
         raise TraceFormatError(f"{path}: Parquet metadata has no {META_KEY.decode()!r} key (not a sbconform trace)")
     try:
-        return _check_header(json.loads(raw), f"{path}: metadata")
+        return _check_header(loads(raw, ""), f"{path}: metadata")
     except ValueError as error:
         raise TraceFormatError(f"{path}: metadata {key.decode()!r} is not JSON ({error})") from None
 

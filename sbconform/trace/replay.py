@@ -260,7 +260,7 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
     """JSON Lines, the header first; a line cut short at the end is reported and skipped."""
     import pyarrow as pa
 
-    from .schema import arrow_schema, check_event
+    from .schema import arrow_schema, check_event, loads
 
     schema = arrow_schema()
     rows: list[dict] = []
@@ -269,7 +269,7 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads(line, f"{path}:{number}")  # nested too deeply: TraceFormatError naming the line
             except json.JSONDecodeError as error:
                 if not line.endswith("\n"):
                     if report is not None:

@@ -92,6 +92,16 @@ class TraceFormatError(ValueError):
     """A trace that does not follow the format: says where (file, line or row) and which field."""
 
 
+def loads(text: str | bytes, where: str) -> Any:
+    """``json.loads``; JSON nested deeper than the decoder recurses (a line like ``[[[[...``,
+    an application property nested 100,000 levels) is a TraceFormatError naming ``where``,
+    not a RecursionError. Not JSON at all stays a ValueError, for the caller to say."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TraceFormatError(f"{where}: " * bool(where) + "JSON nested too deeply for a trace") from None
+
+
 _KINDS = {name: _PY_TYPES[kind] for name, kind, _ in FIELDS}
 _ABSENT = dict.fromkeys(FIELD_NAMES)  # every field, None: what an event's own fields go over
 _OPERATION_SET, _PHASE_SET = frozenset(OPERATIONS), frozenset(PHASES)
@@ -146,8 +156,10 @@ def _check_event_field_by_field(event: Mapping[str, Any], where: str) -> dict[st
         text = out[name]
         if text is not None and text not in _OBJECTS:
             try:
-                if not isinstance(json.loads(text), dict):
+                if not isinstance(loads(text, f"{where}: field {name!r}"), dict):
                     raise ValueError("not an object")
+            except TraceFormatError:
+                raise
             except ValueError as error:
                 raise TraceFormatError(f"{where}: field {name!r} is not a JSON object ({error})") from None
             if len(text) <= _OBJECT_TEXT_MAX:

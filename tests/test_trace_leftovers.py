@@ -1,0 +1,80 @@
+"""Traces, the recording proxy and their commands, as a careless user and a hostile file meet
+them: every bad input is one line naming the file and the line or row, exit 2, no traceback;
+nothing accepted is lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sbconform.cli import main
+from sbconform.trace.io import JsonlWriter, read_events, read_jsonl
+from sbconform.trace.schema import TraceFormatError
+
+EVENT = {"trace": "t1", "pos": 0, "time": 0, "client": "c1", "op_id": 0, "op": "send", "phase": "invoke",
+         "entity": "q", "args": "{}"}
+
+
+def one_error(capsys, argv: list[str], code: int = 2) -> str:
+    try:
+        assert main(argv) == code
+    except SystemExit as exit:  # refused when parsed
+        assert exit.code == code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def a_trace(path: Path, *lines: str) -> Path:
+    """A JSON Lines trace of one good event, then ``lines`` as they are."""
+    with JsonlWriter(path, "t1") as writer:
+        writer.write(EVENT)
+    with open(path, "a", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+    return path
+
+
+DEEP = 100_000
+#: a second event whose application properties nest DEEP levels: as JSON values on the line,
+#: and as JSON text in the args field
+DEEP_LINES = {
+    "value": '{"trace":"t1","pos":1,"time":0,"client":"c1","op_id":0,"op":"send","phase":"ok","entity":"q","args":'
+             + "[" * DEEP + "]" * DEEP + "}",
+    "text": json.dumps({**EVENT, "pos": 1, "phase": "ok",
+                        "args": '{"properties": ' + "[" * DEEP + "]" * DEEP + "}"}),
+}
+
+
+@pytest.mark.parametrize("deep", sorted(DEEP_LINES))
+def test_reading_a_line_nested_too_deeply_names_the_file_and_line(tmp_path, deep) -> None:
+    path = a_trace(tmp_path / "deep.jsonl", DEEP_LINES[deep])
+    with pytest.raises(TraceFormatError, match=rf"{path}:3: .*nest"):
+        list(read_jsonl(path))
+    with pytest.raises(TraceFormatError, match=rf"{path}:3: .*nest"):
+        list(read_events(path))
+
+
+def test_a_header_nested_too_deeply_names_the_file_and_line(tmp_path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"format":"sbconform-trace","version":1,"trace":"t1","x":' + "[" * DEEP + "]" * DEEP + "}\n")
+    with pytest.raises(TraceFormatError, match=rf"{path}:1: .*nest"):
+        list(read_jsonl(path))
+
+
+@pytest.mark.parametrize("argv", [
+    lambda deep, tmp: ["replay", "--local", str(deep)],
+    lambda deep, tmp: ["convert", str(deep), str(tmp / "out.parquet")],
+    lambda deep, tmp: ["diff", str(deep), str(deep)],
+])
+@pytest.mark.parametrize("deep", sorted(DEEP_LINES))
+def test_commands_name_the_file_and_line_nested_too_deeply(tmp_path, capsys, argv, deep) -> None:
+    pytest.importorskip("pyarrow")
+    path = a_trace(tmp_path / "deep.jsonl", DEEP_LINES[deep])
+    line = one_error(capsys, argv(path, tmp_path))
+    assert f"{path}:3" in line and "nest" in line
+    assert not (tmp_path / "out.parquet").exists()
