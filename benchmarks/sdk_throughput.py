@@ -81,6 +81,10 @@ def main() -> int:
           f"server CPU {server_cpu:.2f} s ({server_cpu / args.messages * 1e6:.0f} us/msg)")
     # msgs_per_s is wall-clock: on a machine shared with other work it falls while the CPU per
     # message does not; this line says how much of the wall time the two processes got
+    # the SDK client's own CPU per message bounds what any server can reach with one client
+    # process: one core spent on the client alone moves at most this many messages per second
+    print(f"the client alone caps one client process at {args.messages / client_cpu:.0f} msgs/s "
+          f"(one core of its CPU per message; {os.cpu_count()} cores here, shared with the server)")
     print(f"client+server CPU {(client_cpu + server_cpu) / elapsed:.2f} of the wall time; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"msgs_per_s={rate:.0f} server_cpu_over_client_cpu={server_cpu / client_cpu:.2f}")
