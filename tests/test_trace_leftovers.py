@@ -78,3 +78,28 @@ def test_commands_name_the_file_and_line_nested_too_deeply(tmp_path, capsys, arg
     line = one_error(capsys, argv(path, tmp_path))
     assert f"{path}:3" in line and "nest" in line
     assert not (tmp_path / "out.parquet").exists()
+
+
+# ------------------------------------------------------------------ the proxy's sink
+
+
+@pytest.mark.parametrize("trace", ["../escaped", "/abs/olute", "a/b", "a\\b", "nul\0byte", ".hidden", "x" * 300, "..",
+                                   "é" * 101])
+def test_the_sink_refuses_a_trace_id_that_is_not_a_file_name(tmp_path, trace) -> None:
+    from sbconform.proxy.sink import TraceSink
+
+    out = tmp_path / "out" / "rec"
+    with pytest.raises(ValueError, match="trace id"):
+        TraceSink(out, trace)
+    assert not (tmp_path / "out").exists()  # refused before anything is made
+    assert not (tmp_path / "escaped-00001.jsonl").exists()
+
+
+def test_the_sink_takes_a_trace_id_that_is_a_file_name(tmp_path) -> None:
+    from sbconform.proxy.sink import TraceSink
+
+    sink = TraceSink(tmp_path, "orders-2026.11 run_1")
+    sink.write("c1", sink.op(), "send", "invoke", entity="q", message_id="m")
+    sink.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["orders-2026.11 run_1-00001.jsonl"]
+    assert [e["trace"] for e in read_events(tmp_path)] == ["orders-2026.11 run_1"]

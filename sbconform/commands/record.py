@@ -44,12 +44,12 @@ def _key(text: str) -> tuple[str, str]:
 
 def _trace_id(text: str) -> str:
     """A trace id begins the name of every file the recording writes in --out (``<id>-00001.jsonl``):
-    a file name, not a path, short enough for one."""
-    if not text or text.startswith(".") or any(c in text for c in "/\\\0"):
-        raise argparse.ArgumentTypeError(f"{text[:60]!r}: a trace id names the trace's files in --out: no '/', '\\', "
-                                         f"NUL or leading '.'")
-    if len(text.encode("utf-8")) > 200:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}...: at most 200 bytes (it begins the trace's file names)")
+    a file name, not a path, short enough for one (the sink checks it the same way)."""
+    from ..proxy.sink import trace_id_problem
+
+    problem = trace_id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -82,6 +82,24 @@ class BufferedJsonlWriter(JsonlWriter):
             super().close()
 
 
+#: a trace id begins the name of every file of the recording: at most this many bytes of it
+TRACE_ID_BYTES = 200
+
+
+def trace_id_problem(trace: str) -> str | None:
+    """What keeps ``trace`` from beginning the recording's file names in its directory
+    (``<trace>-00001.jsonl``): a path (``/``, ``\\``, ``..``), NUL or another control
+    character, a leading ``.`` (hidden; ``..``), more than ``TRACE_ID_BYTES``; else None."""
+    if not isinstance(trace, str) or not trace:
+        return "a trace id is a non-empty text"
+    if trace.startswith(".") or any(c in trace for c in "/\\") or any(ord(c) < 32 or ord(c) == 127 for c in trace):
+        return (f"{trace[:60]!r}: a trace id names the trace's files in --out: no '/', '\\', NUL or control "
+                f"characters, no leading '.'")
+    if len(trace.encode("utf-8", "surrogatepass")) > TRACE_ID_BYTES:
+        return f"{trace[:40]!r}...: a trace id is at most {TRACE_ID_BYTES} bytes (it begins the trace's file names)"
+    return None
+
+
 #: the recording's Parquet row group: small enough for rotation by size to follow the file
 PARQUET_ROWS = 4096
 
@@ -91,6 +109,9 @@ class TraceSink:
                  on_error: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time, **meta: Any) -> None:
         if fmt not in ("jsonl", "parquet"):
             raise ValueError(f"unknown trace format {fmt!r} (jsonl or parquet)")
+        problem = trace_id_problem(trace) if trace is not None else None
+        if problem:  # refused here, not only by the command line: the library writes the files
+            raise ValueError(problem)
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.started = clock()
