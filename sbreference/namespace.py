@@ -18,7 +18,7 @@ import itertools
 from typing import Callable, Iterable, Sequence
 
 from .clock import Clock, VirtualClock
-from .entity import MAX_TRANSFER_HOPS, Entity
+from .entity import Entity
 from .errors import ErrorCode, ServiceBusError
 from .forwarding import forwarded_to, refuse_receiver
 from .message import Delivery, Message
@@ -155,18 +155,6 @@ class Namespace(Provisioning):
         entity = self._sending_entity(path)
         refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001
         return entity.schedule(batch, enqueue_time, self.clock.now)
-
-    def _forward(self, destination: str, message: Message, now: int) -> None:
-        """Auto-forwarding: the message enters the destination as if sent there."""
-        if self._hops >= MAX_TRANSFER_HOPS:
-            raise ServiceBusError(
-                ErrorCode.QUOTA_EXCEEDED, f"The message exceeded the maximum transfer hop count ({MAX_TRANSFER_HOPS})."
-            )
-        self._hops += 1
-        try:
-            self._sending_entity(destination).accept([message], now)
-        finally:
-            self._hops -= 1
 
     def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
         self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .description import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription
-from .entity import Entity, Queue, Subscription, Topic
+from .entity import MAX_TRANSFER_HOPS, Entity, Queue, Subscription, Topic
 from .forwarding import never_idle_when_forwarding
 from .errors import ErrorCode, ServiceBusError
-from .message import State
+from .message import Message, State
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
 from .paths import SUBSCRIPTIONS, name_problem, parse
 from .rules import Rule, check_filter_quota
+from .status import refuse_send
 from .store import MessageStore
 from .tiers import TIERS, capped_time_to_live, check_entity
 
@@ -88,7 +89,7 @@ class Provisioning:
             entity = (Queue if kind == "queue" else Topic)(path, d, self._lock_tokens)
         else:
             entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
-        entity.router = self._forward
+        entity.router = self._auto_forward  # ForwardTo (SETTLE-FWD-004); dead-letter forwarding takes _forward
         added = self._add(entity)
         self._forward_dead_letters(entity.stores, d.forward_dead_lettered_messages_to)
         return added
@@ -163,6 +164,33 @@ class Provisioning:
         sub = topic.add_subscription(name, d)
         self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)
         return sub
+
+    def _forward(self, destination: str, message: Message, now: int) -> None:
+        """Auto-forwarding: the message enters the destination as if sent there. Past four hops it is
+        refused (MaxTransferHopCountExceeded, SETTLE-FWD-004); "Service Bus bills one operation for each
+        forwarded message" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-auto-forwarding):
+        SETTLE-FWD-005, a forward that fails is not billed (reading)."""
+        if self._hops >= MAX_TRANSFER_HOPS:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED, f"The message exceeded the maximum transfer hop count ({MAX_TRANSFER_HOPS})."
+            )
+        self._hops += 1
+        try:
+            self._sending_entity(destination).accept([message], now)
+        finally:
+            self._hops -= 1
+        self.billed_operations += 1
+
+    def _auto_forward(self, destination: str, message: Message, now: int) -> None:
+        """ForwardTo: as ``_forward``, but a destination that is Disabled or SendDisabled refuses the message,
+        which the source then dead-letters: "If the destination entity accumulates too many messages and exceeds
+        the quota, or the destination entity is disabled, the source entity adds the messages to its dead-letter
+        queue" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-auto-forwarding). SETTLE-FWD-004.
+        Dead-letter forwarding keeps ``_forward``: "In case the destination entity is disabled, forwarding to this
+        entity will still continue to work" (https://github.com/Azure/azure-service-bus/issues/666; SETTLE-DISC-007)."""
+        entity = self._sending_entity(destination)
+        refuse_send(entity.kind, entity.path, entity.description.status)
+        self._forward(destination, message, now)
 
     def _check_forward_to(self, source: str, destination: str | None) -> None:
         """SETTLE-FWD-001: auto-forwarding (set on create or update, PART-FWD-002) names a
