@@ -46,11 +46,18 @@ class Message:
     #: sender, on a message it auto-forwards from a dead-letter subqueue (SETTLE-FWD-002;
     #: ``with_dead_letter_source``). Kept by ``with_changes``.
     dead_letter_source: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: The message's size as the transport measured it (every section as sent: annotations,
+    #: footer, the encoding of each property), when a transport gave it (``measured_as_sent``):
+    #: ``message_size`` counts at least this. ``with_changes`` keeps it, grown or shrunk by what
+    #: the change does to the model's own measure.
+    wire_size: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_changes(self, **changes: Any) -> "Message":
         changed = replace(self, **changes)
         if self.dead_letter_source is not None:
             _set_dead_letter_source(changed, self.dead_letter_source)
+        if self.wire_size is not None:
+            _set_wire_size(changed, max(0, self.wire_size + _model_size(changed) - _model_size(self)))
         return changed
 
 
@@ -71,6 +78,18 @@ def _value_size(value: Any) -> int:
 #: Writes a message's measured size on it (the slot's own setter: a frozen Message refuses setattr).
 _keep_size = Message.__dict__["_size"].__set__
 _set_dead_letter_source = Message.__dict__["dead_letter_source"].__set__
+_set_wire_size = Message.__dict__["wire_size"].__set__
+
+
+def measured_as_sent(message: Message, size: int) -> Message:
+    """``message`` (fresh from a transport, not yet shared) with its size as it arrived: the
+    whole encoded message, ``size`` bytes. [quotas] (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas):
+    the message size "includes the size of properties (system and user) and the size of
+    payload", and the entity's size quota counts its messages: bytes in annotations or a
+    footer the model does not read are counted too (``message_size``)."""
+    _set_wire_size(message, size)
+    _keep_size(message, -1)  # (measured again)
+    return message
 
 
 def with_dead_letter_source(message: Message, source: str) -> Message:
@@ -91,10 +110,20 @@ def message_size(message: Message) -> int:
     Body, plus every string property and application property (key and value), plus a
     fixed overhead. It is not the AMQP-encoded size, but it grows the same way: moving a
     property under another name, or adding one, makes the message larger (PAIR-SIZE-001).
+    A message whose transport measured it (``wire_size``, ``measured_as_sent``) is at least that.
     """
     size = message._size
     if size >= 0:
         return size
+    size = _model_size(message)
+    if message.wire_size is not None and message.wire_size > size:
+        size = message.wire_size
+    _keep_size(message, size)
+    return size
+
+
+def _model_size(message: Message) -> int:
+    """The model's own measure of a message (``message_size`` without the transport's)."""
     size = MESSAGE_OVERHEAD + len(message.body)
     for value in (
         message.message_id,
@@ -116,7 +145,6 @@ def message_size(message: Message) -> int:
     if message.application_properties:
         for key, value in message.application_properties.items():
             size += len(key.encode("utf-8")) + _value_size(value)
-    _keep_size(message, size)
     return size
 
 
@@ -128,9 +156,12 @@ HEADER_LIMIT = 64 * 1024
 
 
 def header_size(message: Message) -> int:
-    """The model's size of a message's header: everything ``message_size`` counts but the body
-    and the fixed overhead (system properties, application property keys and values)."""
-    return message_size(message) - MESSAGE_OVERHEAD - len(message.body)
+    """The model's size of a message's header: everything the model's own measure counts but the
+    body and the fixed overhead (system properties, application property keys and values; not
+    the transport's ``wire_size``, which counts the body's encoding too)."""
+    if message.wire_size is None:
+        return message_size(message) - MESSAGE_OVERHEAD - len(message.body)
+    return _model_size(message) - MESSAGE_OVERHEAD - len(message.body)
 
 
 def header_problem(message: Message) -> str | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from sbreference import NEVER
 from sbreference import Message as ModelMessage
-from sbreference.message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON
+from sbreference.message import DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, measured_as_sent
 
 from . import values as v
 from .values import WireError, read, read_typed, skip
@@ -165,8 +165,8 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
     """The model's message for an encoded AMQP message; ``epoch_ms``: the model's time 0 in
     epoch milliseconds. Without a message-id, the broker assigns one (``assign_message_id``).
     Whatever is wrong with the bytes, the error is a ``WireError``."""
-    try:
-        return _decode(data, epoch_ms, assign_message_id)
+    try:  # measured as it arrived: the entity's quota and size limit count every section (sbspec/wire.md 1)
+        return measured_as_sent(_decode(data, epoch_ms, assign_message_id), len(data))
     except WireError:
         raise
     except (IndexError, ValueError, TypeError, OverflowError, struct.error, UnicodeDecodeError) as error:

@@ -1,0 +1,115 @@
+"""``sbconform serve`` against a hostile client (third round): one test per defect found, each
+written to fail on the server as it was. Raw AMQP frames (``serve_support``) against a server on
+a thread of this process (``InProcess`` of ``test_serve_security``, here with its own entities)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+
+pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
+
+from proton import Described, Message, symbol, ulong  # noqa: E402
+
+from sbconform.server import parse_config  # noqa: E402
+from serve_support import RawClient, attach, encode_value, flow, TRANSFER  # noqa: E402,F401
+from test_serve_adversary2 import outcome  # noqa: E402
+from test_serve_security import InProcess, authorized_sender  # noqa: E402
+
+ACCEPTED, REJECTED = 0x24, 0x25
+KB = 1024
+
+CONFIG = {"UserConfig": {"Namespaces": [{"Name": "adv3", "Queues": [
+    {"Name": "small", "Properties": {"MaxSizeInMegabytes": 1}},
+    {"Name": "open", "Properties": {"LockDuration": "PT5S"}},
+]}]}}
+
+
+class Configured(InProcess):
+    """``InProcess`` with this module's entities."""
+
+    def __init__(self, **limits) -> None:
+        from sbconform.server.server import Limits, Server
+
+        self.server = Server(parse_config(CONFIG), "127.0.0.1", 0, limits=Limits(**limits))
+        self.port = self.server.start()
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+
+    def entity_bytes(self, path: str) -> int:
+        return self.on_loop(lambda: self.server.namespace.entities[path].bytes)
+
+
+@pytest.fixture
+def srv3():
+    server = Configured(max_delivery_size=2 * 1024 * KB, open_timeout=2.0, idle_timeout=10.0)
+    yield server
+    server.stop()
+
+
+def section(code: int, value) -> bytes:
+    return encode_value(Described(ulong(code), value))
+
+
+def stuffed(where: str, size: int, message_id: str) -> bytes:
+    """A message of a one-byte body carrying ``size`` bytes elsewhere: in message annotations,
+    delivery annotations, the footer, or an application property of a described type."""
+    filler = "a" * size
+    out = b""
+    if where == "delivery-annotations":
+        out += section(0x71, {symbol("x-filler"): filler})
+    if where == "message-annotations":
+        out += section(0x72, {symbol("x-filler"): filler})
+    out += section(0x73, [message_id])
+    if where == "described-property":
+        out += section(0x74, {"p": Described(symbol("x:filler"), filler)})
+    out += section(0x75, b"x")
+    if where == "footer":
+        out += section(0x78, {symbol("x-filler"): filler})
+    return out
+
+
+PLACES = ["message-annotations", "delivery-annotations", "footer", "described-property"]
+
+
+# ------------------------------------------------------------ 1. message size as sent
+@pytest.mark.parametrize("where", PLACES)
+def test_a_message_stuffed_past_the_message_size_limit_is_refused(srv3: Configured, where: str) -> None:
+    """[quotas] "Message size for a queue, topic, or subscription entity: 256 KB (Standard)"; the
+    message size "includes the size of properties (system and user) and the size of payload". A
+    message of one byte of body and 300 KB elsewhere is over it."""
+    c = authorized_sender(srv3.port, "open")
+    c.send(c.transfer(5, stuffed(where, 300 * KB, "big")))
+    assert outcome(c, 1) == (REJECTED, "amqp:link:message-size-exceeded")
+    assert srv3.held("open") == 0
+
+
+@pytest.mark.parametrize("where", PLACES[:3])  # (a property over 32 KB is refused: SETTLE-SEND-009)
+def test_the_entity_size_quota_counts_what_was_sent_not_only_the_body(srv3: Configured, where: str) -> None:
+    """[quotas] "Queue or topic size ... Subsequent incoming messages are rejected": a queue of
+    MaxSizeInMegabytes 1 takes four messages of 240 KB of annotations (or delivery annotations,
+    a footer) and refuses the fifth with quota-exceeded; it counted each
+    as 70 bytes (its body and message-id) and took them all, past its quota."""
+    c = authorized_sender(srv3.port, "small")
+    for i in range(4):
+        c.send(c.transfer(5, stuffed(where, 240 * KB, f"m{i}")))
+        assert outcome(c, i + 1) == (ACCEPTED, None), i
+    assert srv3.entity_bytes("small") >= 4 * 240 * KB
+    c.send(c.transfer(5, stuffed(where, 240 * KB, "m4")))
+    assert outcome(c, 5) == (REJECTED, "amqp:resource-limit-exceeded")
+    assert srv3.held("small") == 4
+
+
+def test_a_batch_counts_each_message_as_sent(srv3: Configured) -> None:
+    """The same through a batch (message format 0x80013700, one encoded message per data
+    section): two messages of 120 KB of annotations a batch, four batches fill the 1 MB queue."""
+    c = authorized_sender(srv3.port, "small")
+    for i in range(5):
+        parts = [stuffed("message-annotations", 120 * KB, f"b{i}-{j}") for j in range(2)]
+        batch = b"".join(section(0x75, part) for part in parts)
+        c.send(c.transfer(5, batch, message_format=0x80013700))
+        expected = (ACCEPTED, None) if i < 4 else (REJECTED, "amqp:resource-limit-exceeded")
+        assert outcome(c, i + 1) == expected, i
+    assert srv3.held("small") == 8
