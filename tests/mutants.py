@@ -9,6 +9,8 @@ that cannot fail on these is not checking anything.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 
 from sbreference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
@@ -210,3 +212,36 @@ SCENARIO_MUTANTS = [IgnoresPropertiesToModify]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS:
     register(_mutant.name, lambda _cls=_mutant, **options: _cls())
+
+
+# ------------------------------------------------------------ the scenario matrix
+# ``pytest -p mutants tests/test_features.py`` with SBCONFORM_MUTANT_MATRIX set runs, in one
+# process, each scenario named in the matrix once per mutant that names it (the pytest
+# start-up and the collection of every feature cost seconds: once for all mutants, not once
+# each). Each test's outcome is written as a JSON line to SBCONFORM_MUTANT_RESULTS.
+MATRIX = "SBCONFORM_MUTANT_MATRIX"  # JSON: {mutant name: a part of a scenario's test name}
+RESULTS = "SBCONFORM_MUTANT_RESULTS"  # a file path
+
+
+def pytest_generate_tests(metafunc) -> None:
+    matrix = json.loads(os.environ.get(MATRIX, "{}"))
+    mutants = sorted(m for m, part in matrix.items() if part in metafunc.definition.name)
+    if mutants:
+        metafunc.fixturenames.append("sb_mutant")
+        metafunc.parametrize("sb_mutant", mutants)
+
+
+def pytest_runtest_setup(item) -> None:
+    from sbconform.pytest_plugin import target_session
+
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "sb_mutant" in callspec.params:
+        target_session(item.config).name = callspec.params["sb_mutant"]
+        item.user_properties.append(("sb_mutant", callspec.params["sb_mutant"]))
+
+
+def pytest_runtest_logreport(report) -> None:
+    mutant = dict(report.user_properties).get("sb_mutant") if os.environ.get(RESULTS) else None
+    if mutant is not None:
+        with open(os.environ[RESULTS], "a", encoding="utf-8") as out:
+            out.write(json.dumps({"mutant": mutant, "test": report.nodeid, "when": report.when, "outcome": report.outcome}) + "\n")

@@ -6,6 +6,8 @@ any target conforms."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from sbconform.testing.stateful import Divergence, differential_machine
 
-from mutants import MUTANTS
+from mutants import MATRIX, MUTANTS, RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,13 +45,27 @@ def test_differential_machine_catches(mutant) -> None:
         run_state_machine_as_test(differential_machine(mutant), settings=quick)
 
 
+@pytest.fixture(scope="module")
+def scenario_outcomes(tmp_path_factory) -> dict[str, set[str]]:
+    """mutant -> the outcomes of its scenario's phases, from one pytest run for all mutants."""
+    results = tmp_path_factory.mktemp("mutants") / "results.jsonl"
+    env = {**os.environ, MATRIX: json.dumps(SCENARIO_FOR), RESULTS: str(results),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutants", str(ROOT / "tests" / "test_features.py"),
+         "-k", " or ".join(sorted(set(SCENARIO_FOR.values())))],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    outcomes: dict[str, set[str]] = {m: set() for m in SCENARIO_FOR}
+    for line in results.read_text(encoding="utf-8").splitlines() if results.exists() else []:
+        row = json.loads(line)
+        outcomes[row["mutant"]].add(row["outcome"])
+    outcomes["<stdout>"] = {result.stdout[-3000:]}
+    return outcomes
+
+
 @pytest.mark.needs("model-internals")
 @pytest.mark.parametrize("mutant", sorted(SCENARIO_FOR))
-def test_features_catch(mutant: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_features.py"),
-         "--sb-target", mutant, "-k", SCENARIO_FOR[mutant]],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert " failed" in result.stdout, f"no scenario failed on {mutant}:\n{result.stdout[-2000:]}"
-    assert result.returncode == 1, result.stdout[-2000:]
+def test_features_catch(mutant: str, scenario_outcomes) -> None:
+    assert "failed" in scenario_outcomes[mutant], \
+        f"no scenario {SCENARIO_FOR[mutant]!r} failed on {mutant}: {scenario_outcomes[mutant]}\n{scenario_outcomes['<stdout>']}"
