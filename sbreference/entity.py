@@ -450,6 +450,7 @@ class Topic(FanOut, Entity):
         if sub is None:
             raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"No subscription '{name}' in topic '{self.path}'.")
         self.stores.remove(sub.store)
+        self.bytes -= sub.store.state_bytes()  # SETTLE-SESS-010: its session states go with it
         for store in (sub.store, sub.store.dead_letter_queue):
             for msg in list(store.messages.values()):
                 self._released(msg)

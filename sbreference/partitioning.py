@@ -349,6 +349,7 @@ class PartitionedTopic(FanOut, PartitionedEntity):
             raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"No subscription '{name}' in topic '{self.path}'.")
         for store in sub.store.partitions:
             self.stores.remove(store)
+            self.bytes -= store.state_bytes()  # SETTLE-SESS-010: its session states go with it
             for s in (store, store.dead_letter_queue):
                 for msg in list(s.messages.values()):
                     self._released(msg)

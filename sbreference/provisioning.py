@@ -293,6 +293,22 @@ class Provisioning:
             info["partition_count"] = entity.partition_count
         return info
 
+    def charge_state(self, path: str, grown: int, change: Any) -> None:
+        """SETTLE-SESS-010: "The session state held in a queue or in a subscription counts towards that entity's
+        storage quota" (https://learn.microsoft.com/azure/service-bus-messaging/message-sessions). A state that
+        grows the queue (a subscription's: its topic, the entity with a size) past its maximum is refused with
+        quota-exceeded, as a send would be, before ``change`` sets it; otherwise the entity's bytes follow it."""
+        entity = self._resolve(path)[0]
+        if grown > 0 and entity.bytes + grown > entity.max_bytes:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"The maximum entity size has been reached or exceeded for {entity.kind} '{entity.path}': a session state "
+                f"of {grown} more bytes does not fit (size {entity.bytes} bytes, max {entity.max_bytes} bytes).",
+                transient=False,
+            )
+        change()
+        entity.bytes += grown
+
     def session_state_limit(self, path: str) -> int:
         """SETTLE-SESS-008: the bytes a session state of ``path`` may hold: "the size of one message, which
         is 256 KB for Service Bus Standard, and 100 MB for Service Bus Premium" (message-sessions). Basic and

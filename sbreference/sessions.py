@@ -90,6 +90,10 @@ class SessionLocks:
             )
         session.state = state or None
 
+    def state_bytes(self) -> int:
+        """The bytes this store's session states take from its entity's size (SETTLE-SESS-010)."""
+        return sum(len(session.state) for session in self.sessions.values() if session.state)
+
     def _held_session_after_tick(self, now: int, holder: int, session_id: str) -> Session:
         self.tick(now)
         return self._held_session(now, holder, session_id)

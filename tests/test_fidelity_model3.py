@@ -66,3 +66,39 @@ def test_each_auto_forwarded_message_is_billed_as_one_operation() -> None:
     before = ns.billed_operations
     ns.send(conn, "hop", Message(b"x"))
     assert ns.billed_operations - before == 2
+
+
+# ------------------------------------------------------------ sessions
+
+
+@pytest.mark.clauses("SETTLE-SESS-010")
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_session_state_counts_toward_the_entity_size(partitioned: bool) -> None:
+    """Audit row OP-038: "The session state held in a queue or in a subscription counts towards that entity's
+    storage quota" (message-sessions): a state fills the entity as a message does, a send that no longer fits
+    is refused, and clearing the state (or deleting its subscription) frees the room."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("q", requires_session=True, max_size_in_megabytes=1, enable_partitioning=partitioned)
+    conn = ns.connect()
+    ns.send(conn, "q", Message(b"x", session_id="a"))
+    ns.accept_session(conn, "q", "a")
+    before = ns.runtime_info("q")["size_bytes"]
+    ns.set_session_state(conn, "q", "a", b"s" * 200_000)
+    assert ns.runtime_info("q")["size_bytes"] == before + 200_000
+    ns.set_session_state(conn, "q", "a", b"s" * 100_000)  # replaced, not added
+    assert ns.runtime_info("q")["size_bytes"] == before + 100_000
+    for n in range(10):
+        ns.send(conn, "q", Message(b"m" * 90_000, session_id="b"))
+    fails(ErrorCode.QUOTA_EXCEEDED, ns.send, conn, "q", Message(b"m" * 90_000, session_id="b"))
+    fails(ErrorCode.QUOTA_EXCEEDED, ns.set_session_state, conn, "q", "a", b"s" * 200_000)
+    assert ns.get_session_state(conn, "q", "a") == b"s" * 100_000  # unchanged by the refusal
+    ns.set_session_state(conn, "q", "a", None)
+    ns.send(conn, "q", Message(b"m" * 90_000, session_id="b"))
+    ns.create_topic("t", max_size_in_megabytes=1, enable_partitioning=partitioned)
+    ns.create_subscription("t", "s", requires_session=True)
+    ns.send(conn, "t", Message(b"x", session_id="a"))
+    ns.accept_session(conn, "t/Subscriptions/s", "a")
+    ns.set_session_state(conn, "t/Subscriptions/s", "a", b"s" * 200_000)
+    assert ns.runtime_info("t")["size_bytes"] >= 200_000
+    ns.delete("t/Subscriptions/s")
+    assert ns.runtime_info("t")["size_bytes"] == 0
