@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
 
-from proton import Described, Message, symbol, ulong  # noqa: E402
+from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, ulong  # noqa: E402
 
 from sbconform.server import parse_config  # noqa: E402
 from serve_support import RawClient, attach, encode_value, flow, TRANSFER  # noqa: E402,F401
-from test_serve_adversary2 import outcome  # noqa: E402
-from test_serve_security import InProcess, authorized_sender  # noqa: E402
+from test_serve_adversary2 import locked_delivery, management, outcome  # noqa: E402
+from test_serve_security import InProcess, authorized_sender, srv  # noqa: E402,F401 (srv: the fixture)
 
 ACCEPTED, REJECTED = 0x24, 0x25
 KB = 1024
@@ -113,3 +113,49 @@ def test_a_batch_counts_each_message_as_sent(srv3: Configured) -> None:
         expected = (ACCEPTED, None) if i < 4 else (REJECTED, "amqp:resource-limit-exceeded")
         assert outcome(c, i + 1) == expected, i
     assert srv3.held("small") == 8
+
+
+# ------------------------------------------------------------ 2. lock tokens in $management
+def genuine_token(srv: InProcess):
+    """The lock token (a uuid, as clients see it) of the one message 'open' holds under a lock."""
+    from sbconform.server.values import lock_uuid
+
+    return srv.on_loop(lambda: lock_uuid(srv.server.namespace.peek("open", 1, 10)[0].lock_token))
+
+
+LOCK_OPERATIONS = {
+    "renew-lock": ("com.microsoft:renew-lock", {}),
+    "complete": ("com.microsoft:update-disposition", {"disposition-status": "completed"}),
+    "abandon": ("com.microsoft:update-disposition", {"disposition-status": "abandoned"}),
+}
+
+
+@pytest.mark.parametrize("operation, extra", list(LOCK_OPERATIONS.values()), ids=list(LOCK_OPERATIONS))
+@pytest.mark.parametrize("shape", ["empty-array", "strings", "binary-16", "one-uuid-not-in-an-array", "array-of-strings"])
+def test_lock_tokens_are_a_non_empty_array_of_uuid(srv: InProcess, operation: str, extra: dict, shape: str) -> None:
+    """[rr] renew-lock and update-disposition: ``lock-tokens`` is a required "array of uuid". An
+    empty array was answered 200 (nothing renewed or settled: the client believes it did
+    something); the genuine token as a string or as its 16 bytes was read as the uuid and acted
+    on. Each is a bad request (400, com.microsoft:argument-error) saying what is wrong, and the
+    lock is untouched. (Microsoft's own client never sends an empty list: Microsoft.Azure.ServiceBus
+    MessageReceiver.CompleteAsync refuses it, Resources.ListOfLockTokensCannotBeEmpty.)"""
+    r, _ = locked_delivery(srv, f"{operation}-{shape}")
+    token = genuine_token(srv)
+    given = {
+        "empty-array": Array(UNDESCRIBED, Data.UUID),
+        "strings": [str(token)],
+        "binary-16": [token.bytes],
+        "one-uuid-not-in-an-array": token,
+        "array-of-strings": Array(UNDESCRIBED, Data.STRING, str(token)),
+    }[shape]
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    reply = management(c, "open", operation, {"lock-tokens": given, **extra}, 10)
+    assert reply is not None
+    assert reply.properties["statusCode"] == 400, reply.properties
+    assert str(reply.properties["errorCondition"]) == "com.microsoft:argument-error"
+    assert "lock-tokens" in reply.properties["statusDescription"], reply.properties
+    assert srv.on_loop(lambda: [d.state.value for d in srv.server.namespace.peek("open", 1, 10)]) == ["locked"]
+    renewed = management(c, "open", "com.microsoft:renew-lock", {"lock-tokens": Array(UNDESCRIBED, Data.UUID, token)}, 20)
+    assert renewed is not None and renewed.properties["statusCode"] == 200, renewed.properties

@@ -12,6 +12,7 @@ Wire facts: Microsoft's "AMQP 1.0 in Azure Service Bus: request-response-based o
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from typing import Any, Callable, NamedTuple
 
@@ -59,10 +60,21 @@ class Request(NamedTuple):
         return v.opt_str(self.body.get("session-id"))
 
     def tokens(self) -> list[int]:
+        """[rr] renew-lock, update-disposition: ``lock-tokens`` is a required "array of uuid": null,
+        empty, one value outside an array, or anything but uuids in it is a bad request (400), never
+        read as a uuid (a string or 16 bytes) nor answered 200 for nothing done (sbspec/wire.md 3)."""
         given = self.body["lock-tokens"]
-        if given is None:  # a required array of uuid (Service Bus AMQP management: renew-lock, update-disposition)
+        if given is None:
             raise ValueError("lock-tokens is null")
-        return [v.model_token(u) for u in map(v.as_uuid, v.values(given))]
+        if not isinstance(given, (Array, list)):  # (a list of uuids: proton clients write one so)
+            raise ValueError(f"lock-tokens is not an array of uuid but a {type(given).__name__}")
+        tokens = v.values(given)
+        if not tokens:  # Microsoft's clients never send one (MessageReceiver: ListOfLockTokensCannotBeEmpty)
+            raise ValueError("lock-tokens is an empty array: at least one lock token is required")
+        for token in tokens:
+            if not isinstance(token, uuid.UUID):
+                raise ValueError(f"lock-tokens holds a {type(token).__name__}, not a uuid")
+        return [v.model_token(token) for token in tokens]
 
 
 Answer = tuple[int, Any, Changes]

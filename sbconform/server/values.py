@@ -127,13 +127,5 @@ def error(condition: str, text: str) -> Condition:
     return Condition(condition, text, {TRACKING: f"sbconform-{uuid.uuid4()}"})
 
 
-def as_uuid(value: Any) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, (bytes, bytearray)) and len(value) == 16:
-        return uuid.UUID(bytes=bytes(value))
-    return uuid.UUID(str(value))
-
-
 def opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
