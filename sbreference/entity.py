@@ -75,6 +75,8 @@ class Entity:
         self.router: Callable[[str, Message, int], None] | None = None
 
     partitioned = False
+    #: SETTLE-TIER-006: the tier's batch limit, set by the namespace (None: the max message size).
+    max_batch_size: int | None = None
 
     def forward(self, message: Message, seq: int, now: int, store: MessageStore, description: EntityDescription | None = None) -> bool:
         """Auto-forwarding: hand the message to ``forward_to`` instead of storing it here.
@@ -137,10 +139,11 @@ class Entity:
             problem = header_problem(m)
             if problem is not None:
                 raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"The message was refused: {problem}.", transient=False)
-        if len(messages) > 1 and total > d.max_message_size:
+        batch_limit = min(d.max_message_size, self.max_batch_size or d.max_message_size)  # SETTLE-TIER-006
+        if len(messages) > 1 and total > batch_limit:
             raise ServiceBusError(
                 ErrorCode.MESSAGE_SIZE_EXCEEDED,
-                f"The batch of {total} bytes exceeds the maximum message size of {d.max_message_size} bytes.",
+                f"The batch of {total} bytes exceeds the maximum batch size of {batch_limit} bytes.",
                 transient=False,
             )
         if self.sends_need_session_id:

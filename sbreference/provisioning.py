@@ -90,6 +90,7 @@ class Provisioning:
         else:
             entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
         entity.router = self._auto_forward  # ForwardTo (SETTLE-FWD-004); dead-letter forwarding takes _forward
+        entity.max_batch_size = TIERS[self.sku].max_batch_size  # SETTLE-TIER-006
         added = self._add(entity)
         self._forward_dead_letters(entity.stores, d.forward_dead_lettered_messages_to)
         return added

@@ -36,6 +36,10 @@ GB_IN_MB = 1024
 #: PART-LIMIT-001: in a partitioned Premium namespace a message (and a batch) is at most 1 MB (seed 003).
 PARTITIONED_PREMIUM_MESSAGE_SIZE = 1 * MB
 
+#: SETTLE-TIER-006: on Premium "AMQP protocol: Up to 100 MB for single message ... All protocols: Up to 1 MB for
+#: message batch" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas, 2025 revision).
+PREMIUM_BATCH_SIZE = 1 * MB
+
 #: SETTLE-TIER-004: "The property 'MaxSizeInMegabytes', must be one of the following values:
 #: 1024;2048;3072;4096;5120" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-resource-manager-exceptions).
 STANDARD_ENTITY_SIZES = (1 * GB_IN_MB, 2 * GB_IN_MB, 3 * GB_IN_MB, 4 * GB_IN_MB, 5 * GB_IN_MB)
@@ -67,6 +71,8 @@ class Tier:
     auto_delete_on_idle: bool = True
     #: SETTLE-TIER-004: the sizes, from 1 GB up, a non-partitioned queue or topic may have (None: any up to the maximum).
     entity_sizes_megabytes: tuple[int, ...] | None = None
+    #: SETTLE-TIER-006: the largest batch, whatever the entity's max message size (None: that size).
+    max_batch_size: int | None = None
 
 
 TIERS: dict[str, Tier] = {
@@ -81,7 +87,8 @@ TIERS: dict[str, Tier] = {
                      entity_sizes_megabytes=STANDARD_ENTITY_SIZES),
     "premium": Tier("premium", topics=True, sessions=True, duplicate_detection=True, auto_forward=True, transactions=True,
                     max_message_size=100 * MB, default_max_message_size=1 * MB, min_message_size=1 * KB,
-                    max_entity_megabytes=80 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB),
+                    max_entity_megabytes=80 * GB_IN_MB, max_partitioned_entity_megabytes=80 * GB_IN_MB,
+                    max_batch_size=PREMIUM_BATCH_SIZE),
 }
 
 

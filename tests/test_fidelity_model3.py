@@ -102,3 +102,25 @@ def test_a_session_state_counts_toward_the_entity_size(partitioned: bool) -> Non
     assert ns.runtime_info("t")["size_bytes"] >= 200_000
     ns.delete("t/Subscriptions/s")
     assert ns.runtime_info("t")["size_bytes"] == 0
+
+
+# ------------------------------------------------------------ premium
+
+
+@pytest.mark.clauses("SETTLE-TIER-006")
+def test_a_premium_batch_is_at_most_1_mb_whatever_the_message_size() -> None:
+    """Audit row TIER-011: on Premium "AMQP protocol: Up to 100 MB for single message ... All protocols: Up to 1 MB
+    for message batch" (service-bus-quotas). A batch is all or none, refused with message-size-exceeded."""
+    from sbreference.tiers import KB, MB
+
+    ns = Namespace(clock=VirtualClock(), sku="premium")
+    ns.create_queue("q", max_message_size=100 * MB)
+    conn = ns.connect()
+    ns.send(conn, "q", Message(b"x" * (2 * MB)))  # one large message: fine
+    fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, ns.send, conn, "q", [Message(b"a" * (600 * KB)), Message(b"b" * (600 * KB))])
+    assert len(ns.peek("q", max_count=5)) == 1
+    ns.send(conn, "q", [Message(b"a" * (400 * KB)), Message(b"b" * (400 * KB))])  # under 1 MB together
+    assert len(ns.peek("q", max_count=5)) == 3
+    standard = Namespace(clock=VirtualClock())
+    standard.create_queue("q")
+    fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, standard.send, standard.connect(), "q", [Message(b"a" * (130 * KB)), Message(b"b" * (130 * KB))])
