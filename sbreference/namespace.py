@@ -27,6 +27,7 @@ from .paths import parse
 from .status import ACTIVE, refuse_receive, refuse_send
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 from .provisioning import IMMUTABLE, MAX_ENTITIES, Provisioning  # noqa: F401 (re-exported)
+from .tiers import messaging_units as messaging_units_of
 from .transactions import Transactions
 
 RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
@@ -48,9 +49,11 @@ class Namespace(Provisioning):
         clock: Clock | None = None,
         sku: str = "standard",
         partition_count: int | None = None,
+        messaging_units: int | None = None,
     ) -> None:
         """``sku="premium"`` with ``partition_count`` (1, 2 or 4) is a partitioned Premium
-        namespace: every queue and topic in it is partitioned that way (PART-STRUCT-003)."""
+        namespace: every queue and topic in it is partitioned that way (PART-STRUCT-003).
+        ``messaging_units``: Premium only, 1 unless given (SETTLE-TIER-007)."""
         if sku not in ("basic", "standard", "premium"):
             raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"unknown SKU {sku!r} (basic, standard or premium)")
         if partition_count is not None and (sku != "premium" or partition_count not in PREMIUM_PARTITION_COUNTS):
@@ -62,6 +65,7 @@ class Namespace(Provisioning):
         self.clock = clock if clock is not None else VirtualClock()
         self.sku = sku
         self.partition_count = partition_count
+        self.messaging_units = messaging_units_of(sku, partition_count, messaging_units)
         self.billed_operations = 0  # PART-COST-001: one per send, schedule or receive call (settlements are not counted)
         self._hops = 0  # auto-forwarding depth of the delivery in progress
         self.entities: dict[str, Entity] = {}

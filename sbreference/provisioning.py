@@ -21,10 +21,11 @@ from .paths import SUBSCRIPTIONS, name_problem, parse
 from .rules import Rule, check_filter_quota
 from .status import refuse_send
 from .store import MessageStore
-from .tiers import TIERS, capped_time_to_live, check_entity
+from .tiers import STANDARD_MAX_ENTITIES, TIERS, capped_time_to_live, check_entity, max_entities
 
-#: Queues and topics per namespace (Basic/Standard), partitioned ones counting as one each (PART-LIMIT-003).
-MAX_ENTITIES = 10_000
+#: Queues and topics per namespace (Basic/Standard), partitioned ones counting as one each (PART-LIMIT-003);
+#: Premium: per messaging unit (SETTLE-TIER-007, ``tiers.max_entities``).
+MAX_ENTITIES = STANDARD_MAX_ENTITIES
 #: Description fields that can only be chosen when the entity is created (PART-CREATE-002).
 IMMUTABLE = ("requires_session", "requires_duplicate_detection", "enable_partitioning")
 
@@ -75,8 +76,8 @@ class Provisioning:
         self._check_forward_to(path, d.forward_to)
         self._check_forward_to(path, d.forward_dead_lettered_messages_to)
         if path.lower() not in self.entities:
-            if len(self.entities) >= MAX_ENTITIES:
-                raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {MAX_ENTITIES} queues and topics.", transient=False)
+            if len(self.entities) >= (limit := max_entities(self.messaging_units)):
+                raise ServiceBusError(ErrorCode.QUOTA_EXCEEDED, f"The namespace already holds {limit} queues and topics.", transient=False)
             if partitions is not None and self.sku != "premium":
                 partitioned = sum(1 for e in self.entities.values() if e.partitioned)
                 if partitioned >= MAX_PARTITIONED_ENTITIES:

@@ -49,6 +49,37 @@ STANDARD_ENTITY_SIZES = (1 * GB_IN_MB, 2 * GB_IN_MB, 3 * GB_IN_MB, 4 * GB_IN_MB,
 BASIC_MAX_TIME_TO_LIVE = 14 * DAY
 
 
+#: SETTLE-TIER-007: "You can purchase 1, 2, 4, 8, or 16 messaging units for each Service Bus Premium namespace"
+#: (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-premium-messaging); queues and topics: "10,000"
+#: on Basic and Standard, on Premium "1,000 per messaging unit (MU), up to 16,000 per namespace"; "The number of
+#: messaging units must be a multiple of the number of partitions" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas).
+MESSAGING_UNITS = (1, 2, 4, 8, 16)
+STANDARD_MAX_ENTITIES = 10_000
+PREMIUM_ENTITIES_PER_UNIT = 1_000
+PREMIUM_MAX_ENTITIES = 16_000
+
+
+def messaging_units(sku: str, partition_count: int | None, units: int | None) -> int | None:
+    """SETTLE-TIER-007: a Premium namespace's messaging units (unless given: its partition count, or one); None
+    on Basic and Standard, which have none."""
+    if sku != "premium":
+        if units is not None:
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"messaging units are a Premium property; got {units} on {sku}")
+        return None
+    units = units if units is not None else (partition_count or 1)
+    if units not in MESSAGING_UNITS or (partition_count is not None and units % partition_count):
+        raise ServiceBusError(
+            ErrorCode.ARGUMENT_ERROR,
+            f"a Premium namespace has one of {MESSAGING_UNITS} messaging units, a multiple of its partition count; got {units}",
+        )
+    return units
+
+
+def max_entities(units: int | None) -> int:
+    """SETTLE-TIER-007: the queues and topics a namespace with ``units`` messaging units (None: Basic, Standard) holds."""
+    return STANDARD_MAX_ENTITIES if units is None else min(PREMIUM_ENTITIES_PER_UNIT * units, PREMIUM_MAX_ENTITIES)
+
+
 @dataclass(frozen=True)
 class Tier:
     name: str

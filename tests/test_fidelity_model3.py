@@ -124,3 +124,26 @@ def test_a_premium_batch_is_at_most_1_mb_whatever_the_message_size() -> None:
     standard = Namespace(clock=VirtualClock())
     standard.create_queue("q")
     fails(ErrorCode.MESSAGE_SIZE_EXCEEDED, standard.send, standard.connect(), "q", [Message(b"a" * (130 * KB)), Message(b"b" * (130 * KB))])
+
+
+@pytest.mark.clauses("SETTLE-TIER-007")
+def test_a_premium_namespace_holds_1000_queues_and_topics_per_messaging_unit() -> None:
+    """Audit row TIER-015: "Number of topics or queues per namespace": 10,000 on Basic and Standard, on Premium "1,000
+    per messaging unit (MU), up to 16,000 per namespace" (service-bus-quotas); a namespace has 1, 2, 4, 8 or 16
+    messaging units, a multiple of its partition count."""
+    from sbreference import provisioning
+
+    ns = Namespace(clock=VirtualClock(), sku="premium")
+    assert ns.messaging_units == 1
+    for n in range(1000):
+        ns.create_queue(f"q{n}")
+    fails(ErrorCode.QUOTA_EXCEEDED, ns.create_topic, "one-too-many")
+    assert not ns.exists("one-too-many")
+    two = Namespace(clock=VirtualClock(), sku="premium", messaging_units=2)
+    for n in range(1001):
+        two.create_queue(f"q{n}")
+    assert Namespace(sku="premium", partition_count=4).messaging_units == 4
+    fails(ErrorCode.ARGUMENT_ERROR, Namespace, sku="premium", messaging_units=3)
+    fails(ErrorCode.ARGUMENT_ERROR, Namespace, sku="premium", partition_count=4, messaging_units=2)
+    fails(ErrorCode.ARGUMENT_ERROR, Namespace, sku="standard", messaging_units=1)
+    assert Namespace().messaging_units is None and provisioning.MAX_ENTITIES == 10_000
