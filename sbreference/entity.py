@@ -38,6 +38,17 @@ PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 #: same 128): SETTLE-SEND-008.
 MAX_ID_LENGTH = 128
 
+#: SETTLE-TIER-008: "A large message (size > 1 MB) sent to a queue is counted twice. A large message (size > 1 MB) sent
+#: to a topic is counted X + 1 times, where X is the number of subscriptions whose filter condition matches the message"
+#: (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas).
+LARGE_MESSAGE = 1 * MB
+
+
+def counted(size: int, times: int = 2) -> int:
+    """SETTLE-TIER-008: the bytes a message of ``size`` takes from its entity, held ``times`` times if it is large."""
+    return size * times if size > LARGE_MESSAGE else size
+
+
 #: A message forwarded through more entities than this is dead-lettered instead.
 MAX_TRANSFER_HOPS = 4
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
@@ -77,6 +88,9 @@ class Entity:
     partitioned = False
     #: SETTLE-TIER-006: the tier's batch limit, set by the namespace (None: the max message size).
     max_batch_size: int | None = None
+    #: SETTLE-TIER-008: how many times a large message counts toward this entity (a queue: twice; a topic: once at the
+    #: door, then once more per subscription taking a copy, ``FanOut.fan_out``).
+    large_times = 2
 
     def forward(self, message: Message, seq: int, now: int, store: MessageStore, description: EntityDescription | None = None) -> bool:
         """Auto-forwarding: hand the message to ``forward_to`` instead of storing it here.
@@ -97,7 +111,7 @@ class Entity:
             )
             dead.dead_letter_description = error.text
             store.dead_letter_queue.enqueue(dead)
-            self.bytes += dead.size
+            self.bytes += counted(dead.size, self.large_times)
         return True
 
     # ---------------------------------------------------------------- send
@@ -105,7 +119,7 @@ class Entity:
     def check_one(self, m: Message, now: int) -> int:
         """``check`` for a single message, without lists: its size, once it fits every limit."""
         size = message_size(m)
-        if size <= self.description.max_message_size and self.bytes + size <= self.max_bytes and (
+        if size <= self.description.max_message_size and self.bytes + counted(size, self.large_times) <= self.max_bytes and (
             size - MESSAGE_OVERHEAD - len(m.body) <= PROPERTY_LIMIT  # no header limit can apply (SETTLE-SEND-009)
         ) and (
             m.session_id is not None or not self.sends_need_session_id
@@ -154,7 +168,7 @@ class Entity:
                         "The SessionId was not set on a message, and it cannot be sent to the entity. "
                         "Entities that have session support enabled can only receive messages that have the SessionId set.",
                     )
-        if self.bytes + total > self.max_bytes:
+        if self.bytes + sum(counted(size, self.large_times) for size in sizes) > self.max_bytes:
             raise ServiceBusError(
                 ErrorCode.QUOTA_EXCEEDED,
                 f"The maximum entity size has been reached or exceeded for {self.kind} '{self.path}': "
@@ -285,7 +299,7 @@ class Entity:
         return [Delivery(m) for seq, m in sorted(self.scheduled.items()) if seq >= from_sequence_number]
 
     def _released(self, msg: StoredMessage) -> None:
-        self.bytes -= msg.size
+        self.bytes -= counted(msg.size, self.large_times)
 
     def _new_store(self, path: str, d: EntityDescription, next_lock_token: Callable[[], int] | None = None) -> MessageStore:
         tokens = next_lock_token or self.next_lock_token
@@ -318,6 +332,7 @@ class FanOut:
     subscriptions: dict
     copies: dict[int, int]
     bytes: int
+    large_times = 1  # SETTLE-TIER-008: at the door, a topic counts a large message once; its copies add the rest
 
     def fan_out(
         self,
@@ -369,8 +384,10 @@ class FanOut:
                     continue
                 store.enqueue(stored)
         if held:
-            self.bytes += size
+            self.bytes += size + (counted(size, held + 1) - size if size > LARGE_MESSAGE else 0)  # SETTLE-TIER-008: X + 1 times
             self.copies[seq] = held
+            if size > LARGE_MESSAGE:
+                self.large[seq] = size * held
 
     def _extra_sequence(self, seq: int) -> int:
         """A further copy of one message in one subscription (a second matching rule with an
@@ -390,7 +407,7 @@ class FanOut:
         left = self.copies.get(seq, 0) - 1
         if left <= 0:
             self.copies.pop(seq, None)
-            self.bytes -= size
+            self.bytes -= size + self.large.pop(seq, 0)
         else:
             self.copies[seq] = left
 
@@ -410,7 +427,7 @@ class Queue(Entity):
         default_ttl = self.description.default_message_time_to_live
         ttl = message.time_to_live
         ttl = default_ttl if ttl is None or ttl > default_ttl else ttl  # SETTLE-TTL-001
-        self.bytes += size
+        self.bytes += counted(size)  # SETTLE-TIER-008
         store = self.store
         if now >= store._due:
             store.tick(now)
@@ -438,6 +455,7 @@ class Topic(FanOut, Entity):
         super().__init__(path, description, next_lock_token)
         self.subscriptions: dict[str, Subscription] = {}
         self.copies: dict[int, int] = {}  # seq -> copies still held by subscriptions
+        self.large: dict[int, int] = {}  # seq -> the extra bytes a large message's copies take (SETTLE-TIER-008)
 
     def add_subscription(self, name: str, description: EntityDescription) -> Subscription:
         key = name.lower()

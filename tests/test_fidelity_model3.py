@@ -147,3 +147,38 @@ def test_a_premium_namespace_holds_1000_queues_and_topics_per_messaging_unit() -
     fails(ErrorCode.ARGUMENT_ERROR, Namespace, sku="premium", partition_count=4, messaging_units=2)
     fails(ErrorCode.ARGUMENT_ERROR, Namespace, sku="standard", messaging_units=1)
     assert Namespace().messaging_units is None and provisioning.MAX_ENTITIES == 10_000
+
+
+@pytest.mark.clauses("SETTLE-TIER-008")
+def test_a_message_over_1_mb_counts_twice_on_a_queue_and_once_more_per_matching_subscription() -> None:
+    """Audit row TIER-016: "A large message (size > 1 MB) sent to a queue is counted twice. A large message (size > 1 MB)
+    sent to a topic is counted X + 1 times, where X is the number of subscriptions whose filter condition matches the
+    message" (service-bus-quotas). Messages of 1 MB or less count once; the room comes back when they leave. (A partitioned
+    Premium namespace takes no message over 1 MB: PART-LIMIT-001.)"""
+    from sbreference import FalseFilter, Rule
+    from sbreference.tiers import KB, MB
+
+    ns = Namespace(clock=VirtualClock(), sku="premium")
+    ns.create_queue("q", max_size_in_megabytes=3, max_message_size=2 * MB)
+    conn = ns.connect()
+    big = Message(b"x" * (1200 * KB), message_id="big")
+    ns.send(conn, "q", big)
+    size = ns.runtime_info("q")["size_bytes"]
+    assert size > 2 * 1200 * KB
+    fails(ErrorCode.QUOTA_EXCEEDED, ns.send, conn, "q", Message(b"y" * (1200 * KB)))  # 2.4 MB more: past 3 MB
+    ns.send(conn, "q", Message(b"z" * (500 * KB)))  # a small one counts once
+    [got] = ns.receive(conn, "q")
+    ns.complete(conn, "q", got.lock_token)
+    assert ns.runtime_info("q")["size_bytes"] < 600 * KB
+    ns.create_topic("t", max_size_in_megabytes=10, max_message_size=2 * MB)
+    for name in ("s1", "s2", "never"):
+        ns.create_subscription("t", name)
+    ns.remove_rule("t/Subscriptions/never", "$Default")
+    ns.add_rule("t/Subscriptions/never", Rule("none", FalseFilter()))
+    ns.send(conn, "t", big)
+    one = size // 2
+    assert ns.runtime_info("t")["size_bytes"] == 3 * one  # two matching subscriptions: counted 2 + 1 times
+    for sub in ("s1", "s2"):
+        [got] = ns.receive(conn, f"t/Subscriptions/{sub}")
+        ns.complete(conn, f"t/Subscriptions/{sub}", got.lock_token)
+    assert ns.runtime_info("t")["size_bytes"] == 0
