@@ -173,8 +173,9 @@ class Provisioning:
         forwarded message" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-auto-forwarding):
         SETTLE-FWD-005, a forward that fails is not billed (reading)."""
         if self._hops >= MAX_TRANSFER_HOPS:
-            raise ServiceBusError(
-                ErrorCode.QUOTA_EXCEEDED, f"The message exceeded the maximum transfer hop count ({MAX_TRANSFER_HOPS})."
+            raise ServiceBusError(  # the description service-bus-dead-letter-queues gives MaxTransferHopCountExceeded
+                ErrorCode.QUOTA_EXCEEDED,
+                f"The maximum number of allowed hops when forwarding between queues has been exceeded. This value is set to {MAX_TRANSFER_HOPS}.",
             )
         self._hops += 1
         try:

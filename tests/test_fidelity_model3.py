@@ -182,3 +182,26 @@ def test_a_message_over_1_mb_counts_twice_on_a_queue_and_once_more_per_matching_
         [got] = ns.receive(conn, f"t/Subscriptions/{sub}")
         ns.complete(conn, f"t/Subscriptions/{sub}", got.lock_token)
     assert ns.runtime_info("t")["size_bytes"] == 0
+
+
+# ------------------------------------------------------------ dead-letter reasons
+
+
+@pytest.mark.clauses("SETTLE-FWD-004")
+def test_a_message_past_four_hops_is_dead_lettered_with_the_documented_reason_and_description() -> None:
+    """Audit row OP-024: "MaxTransferHopCountExceeded | The maximum number of allowed hops when forwarding between queues
+    has been exceeded. This value is set to 4." (service-bus-dead-letter-queues): a message makes four hops and is
+    dead-lettered in the fifth entity of the chain, which would make a fifth."""
+    ns = Namespace(clock=VirtualClock())
+    names = [f"q{n}" for n in range(7)]
+    ns.create_queue(names[-1])
+    for source, destination in reversed(list(zip(names, names[1:]))):
+        ns.create_queue(source, forward_to=destination)
+    ns.send(ns.connect(), "q0", Message(b"x", message_id="m"))
+    dead = {n: ns.peek(f"{n}/$DeadLetterQueue") for n in names}
+    assert [n for n, got in dead.items() if got] == ["q4"]
+    [got] = dead["q4"]
+    assert got.dead_letter_reason == "MaxTransferHopCountExceeded"
+    assert got.dead_letter_description == (
+        "The maximum number of allowed hops when forwarding between queues has been exceeded. This value is set to 4."
+    )
