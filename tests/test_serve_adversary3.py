@@ -14,7 +14,7 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, ulong  # noqa: E402
 
 from sbconform.server import parse_config  # noqa: E402
-from serve_support import RawClient, attach, encode_value, flow, TRANSFER  # noqa: E402,F401
+from serve_support import ATTACH, CLOSE, DETACH, TRANSFER, RawClient, attach, condition_of, encode_value, flow  # noqa: E402,F401
 from test_serve_adversary2 import locked_delivery, management, outcome  # noqa: E402
 from test_serve_security import InProcess, authorized_sender, srv  # noqa: E402,F401 (srv: the fixture)
 
@@ -159,3 +159,51 @@ def test_lock_tokens_are_a_non_empty_array_of_uuid(srv: InProcess, operation: st
     assert srv.on_loop(lambda: [d.state.value for d in srv.server.namespace.peek("open", 1, 10)]) == ["locked"]
     renewed = management(c, "open", "com.microsoft:renew-lock", {"lock-tokens": Array(UNDESCRIBED, Data.UUID, token)}, 20)
     assert renewed is not None and renewed.properties["statusCode"] == 200, renewed.properties
+
+
+# ------------------------------------------------------------ 3. odd attach addresses
+def attached(srv: InProcess, address: str | bytes, sending: bool, token_for: str = "open") -> tuple[RawClient, list, list]:
+    """A client authorised on ``token_for`` attaches a link to ``address`` (bytes: the encoded
+    address, put in place of 'open'): the client, the DETACH conditions and the CLOSE conditions."""
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token(token_for) == 200
+    if isinstance(address, bytes):
+        c.send(attach("odd", 5, "open", sending).replace(b"\xa1\x04open", address))
+    else:
+        c.send(attach("odd", 5, address, sending))
+    c.read(3, until=lambda f: f.of(DETACH) or f.of(CLOSE) or any(p[2].value[0] == "odd" for p in f.of(ATTACH)))
+    c.read(0.3, until=lambda f: f.of(DETACH) or f.of(CLOSE))  # (a refusal: ATTACH, then DETACH)
+    return c, [condition_of(p[2]) for p in c.frames.of(DETACH)], [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+
+
+@pytest.mark.parametrize("sending", [True, False], ids=["sender", "receiver"])
+@pytest.mark.parametrize("address", ["//open", "open//", "amqps://localhost//open", "sb://localhost//open"])
+def test_an_address_with_an_empty_segment_names_no_entity(srv: InProcess, address: str, sending: bool) -> None:
+    """An entity path "cannot start or end with a slash" (QueueProperties.Name; sbspec/wire.md
+    4, [naming]), and Service Bus answers an address with a doubled slash "The messaging entity
+    'sb://<ns>.servicebus.windows.net//8093563_async' could not be found"
+    (https://github.com/helsenorge/Helsenorge.Messaging/pull/252). Every slash was stripped
+    and the link attached to 'open'."""
+    c, detached, closed = attached(srv, address, sending)
+    assert detached == ["amqp:not-found"] and closed == [], (detached, closed)
+
+
+@pytest.mark.parametrize("sending", [True, False], ids=["sender", "receiver"])
+@pytest.mark.parametrize("address", ["open", "/open", "amqps://localhost/open", "OPEN", "open/$DeadLetterQueue"])
+def test_the_addresses_clients_send_still_attach(srv: InProcess, address: str, sending: bool) -> None:
+    """The plain path (the JavaScript SDK), one leading slash or the URL (.NET, Python), any case."""
+    if sending and address.endswith("Queue"):
+        pytest.skip("a dead-letter queue takes no sender")
+    c, detached, closed = attached(srv, address, sending)
+    assert detached == [] and closed == [], (detached, closed)
+
+
+@pytest.mark.parametrize("sending", [True, False], ids=["sender", "receiver"])
+def test_an_address_that_is_not_utf8_refuses_the_link_and_keeps_the_connection(srv: InProcess, sending: bool) -> None:
+    """AMQP 1.0 part 1, 1.6.20: a string is UTF-8. Reading the address raised UnicodeDecodeError
+    inside the ATTACH and closed the connection with amqp:internal-error; the link is refused
+    (amqp:not-found: it names nothing) and the connection goes on."""
+    c, detached, closed = attached(srv, b"\xa1\x04op\xff\xfe", sending)
+    assert detached == ["amqp:not-found"] and closed == [], (detached, closed)
+    assert c.put_token("open", 10) == 200, "the connection no longer answers"

@@ -42,6 +42,11 @@ class Links:
             coordinator.open_coordinator(link)
             self._grant(info, link, self.limits.link_credit)
             return
+        try:  # AMQP 1.0 part 1, 1.6.20: a string is UTF-8 (proton raises reading one that is not)
+            remote_source.address, remote_target.address
+        except UnicodeDecodeError:
+            self._refuse(state, link, ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, "The link's address is not valid UTF-8: it names no entity."))
+            return
         if link.is_receiver:  # the client sends: to an entity, $cbs, or a management node
             address = v.entity_path(remote_target.address)
             if v.is_node(address):
@@ -225,6 +230,9 @@ class Links:
         than any entity's (``MAX_PATH``) names none: NOT_FOUND, before its parents are looked at."""
         if len(path) > MAX_PATH:
             raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"No entity has a path of {len(path)} characters (at most {MAX_PATH}).")
+        if path.startswith("/") or "//" in path:  # sbspec/wire.md 4: Service Bus answers 'sb://ns//q' not found
+            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found: "
+                                  "an entity path has no empty segment (it cannot start with a slash, nor hold two in a row).")
         want = path.lower()
         now = time.time() if now is None else now
         expired = False

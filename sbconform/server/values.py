@@ -84,11 +84,12 @@ def entity_path(address: str | None) -> str:
         return ""
     if "://" in address:
         try:
-            return urlparse(address).path.lstrip("/")
+            path = urlparse(address).path
+            return path[1:] if path.startswith("/") else path  # one slash: 'sb://ns//q' names no entity (links._authorize)
         except ValueError:  # no URL ('amqps://[abc/q': an IPv6 host never closed): its path all the same
             path = address.split("://", 1)[1].partition("/")[2]
             return path.split("?", 1)[0].split("#", 1)[0]
-    return address.lstrip("/")
+    return address[1:] if address.startswith("/") else address
 
 
 def values(value: Any) -> list:
