@@ -246,6 +246,9 @@ class Namespace(Provisioning):
         """SETTLE-PEEK-001..003: browse; on a queue this includes scheduled messages.
         On a partitioned entity one partition answers (PART-PEEK-002); ``choose`` says which."""
         entity, store = self._resolve(path)
+        if entity.kind == "topic" and store is None:  # SETTLE-PEEK-005: its scheduled messages (azure-service-bus issue 352)
+            entity.tick(self.clock.now)
+            return [d for d in entity.scheduled_deliveries(from_sequence_number) if session_id in (None, d.session_id)][:max_count]
         store = self._receiving_store(path)
         if entity.partitioned:
             scheduled = entity.scheduled_deliveries(from_sequence_number) if entity.kind == "queue" and not store.is_dead_letter else []

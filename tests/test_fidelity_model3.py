@@ -205,3 +205,31 @@ def test_a_message_past_four_hops_is_dead_lettered_with_the_documented_reason_an
     assert got.dead_letter_description == (
         "The maximum number of allowed hops when forwarding between queues has been exceeded. This value is set to 4."
     )
+
+
+# ------------------------------------------------------------ peek
+
+
+@pytest.mark.clauses("SETTLE-PEEK-005")
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_topic_can_be_peeked_for_its_scheduled_messages_but_not_received_from(partitioned: bool) -> None:
+    """Audit row OP-057: peeking a topic is "by design ... For scheduled messages this is the only way to see which
+    scheduled messages are on a topic, as they only become visible on their corresponding subscriptions after the
+    scheduled time" (the Service Bus team, azure-service-bus issue 352); receiving from a topic stays refused."""
+    from sbreference import SECOND
+
+    ns = Namespace(clock=VirtualClock())
+    ns.create_topic("t", enable_partitioning=partitioned)
+    ns.create_subscription("t", "s")
+    conn = ns.connect()
+    [seq] = ns.schedule(conn, "t", Message(b"x", message_id="later"), 60 * SECOND)
+    [got] = ns.peek("t", max_count=5)
+    assert (got.message_id, got.sequence_number, str(got.state)) == ("later", seq, "scheduled")
+    assert ns.peek("t/Subscriptions/s", max_count=5) == []
+    fails(ErrorCode.INVALID_OPERATION, ns.receive, conn, "t")
+    ns.cancel_scheduled(conn, "t", [seq])
+    assert ns.peek("t", max_count=5) == []
+    ns.schedule(conn, "t", Message(b"x", message_id="due"), 90 * SECOND)
+    ns.clock.advance(91 * SECOND)
+    assert ns.peek("t", max_count=5) == []  # come due: now in the subscription, no longer on the topic
+    assert [m.message_id for m in ns.peek("t/Subscriptions/s", max_count=5)] == ["due"]
