@@ -14,7 +14,7 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, ulong  # noqa: E402
 
 from sbconform.server import parse_config  # noqa: E402
-from serve_support import ATTACH, CLOSE, DETACH, TRANSFER, RawClient, attach, condition_of, encode_value, flow  # noqa: E402,F401
+from serve_support import ATTACH, CLOSE, DETACH, TRANSFER, RawClient, attach, condition_of, encode_value, flow, frame, performative  # noqa: E402,F401
 from test_serve_adversary2 import locked_delivery, management, outcome  # noqa: E402
 from test_serve_security import InProcess, authorized_sender, srv  # noqa: E402,F401 (srv: the fixture)
 
@@ -207,3 +207,25 @@ def test_an_address_that_is_not_utf8_refuses_the_link_and_keeps_the_connection(s
     c, detached, closed = attached(srv, b"\xa1\x04op\xff\xfe", sending)
     assert detached == ["amqp:not-found"] and closed == [], (detached, closed)
     assert c.put_token("open", 10) == 200, "the connection no longer answers"
+
+
+# ------------------------------------------------------------ 4. per-entity records
+def test_receivers_attached_and_detached_on_10000_entities_leave_no_record(srv: InProcess) -> None:
+    """``Server.waiting`` (entity key -> receivers waiting with credit) kept a key, with an empty
+    set, for every entity a receiver with credit ever waited on: attaching and detaching on
+    10,000 entities (made and deleted through management, as the REST API or $sbconform do)
+    left 10,000 keys for the life of the server."""
+    from proton import uint
+
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("") == 200  # the namespace: every entity
+    for start in range(0, 10_000, 500):  # (a namespace holds at most 10,000 entities: 500 at a time)
+        names = range(start, start + 500)
+        srv.on_loop(lambda: [srv.server.namespace.create_queue(f"w{i}") for i in names])
+        c.send(*[attach(f"r{i}", 5 + i, f"w{i}", False) + flow(5 + i, 1)
+                 + frame(performative(DETACH, uint(5 + i), True)) for i in names])
+        c.read(5, until=lambda f: len(f.of(DETACH)) >= start + 500)
+        srv.on_loop(lambda: [srv.server.namespace.delete(f"w{i}") for i in names])
+    assert len(c.frames.of(DETACH)) == 10_000 and not c.frames.of(CLOSE)
+    assert srv.on_loop(lambda: len(srv.server.waiting)) < 10

@@ -275,7 +275,7 @@ class ConnectionLoop:
         log.info("connection %d closed%s", state.model_conn, "" if state.clean_close else " without CLOSE (its locks are lost)")
         self.namespace.close_connection(state.model_conn)
         for r in state.receivers:
-            self.waiting[r.key].discard(r)
+            self.waiting.discard(r)
         state.receivers.clear()
         state.pending_sessions.clear()
         state.granted.clear()

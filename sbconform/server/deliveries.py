@@ -39,14 +39,14 @@ class Deliveries:
         link = r.link
         self.touched.add(r.conn)  # what it queues is flushed after this turn (_flush_all)
         if r.conn.closed or not link.state & Endpoint.LOCAL_ACTIVE:
-            self.waiting[r.key].discard(r)
+            self.waiting.discard(r)
             return
         credit = link.credit
         if credit <= 0:
-            self.waiting[r.key].discard(r)
+            self.waiting.discard(r)
             return
         if r.conn.throttled or r.conn.closing:
-            self.waiting[r.key].add(r)  # served again once the peer reads (``_flush``)
+            self.waiting.add(r)  # served again once the peer reads (``_flush``)
             return
         settled = r.mode == RECEIVE_AND_DELETE
         cap = self.limits.max_output_buffer
@@ -55,13 +55,13 @@ class Deliveries:
         while asked < credit:  # in slices: a peer that does not read gets the cap, one slice and one frame at most
             if r.conn.buffered() > cap:
                 r.conn.throttled = True
-                self.waiting[r.key].add(r)
+                self.waiting.add(r)
                 return
             want = min(credit - asked, 16)
             try:
                 part = self.namespace.receive(r.conn.model_conn, r.path, want, r.mode, r.session_id)
             except ServiceBusError as error:
-                self.waiting[r.key].discard(r)
+                self.waiting.discard(r)
                 link.condition = v.condition(error)
                 link.close()
                 return
@@ -87,11 +87,11 @@ class Deliveries:
         if len(found) < credit:
             if link.drain_mode:
                 link.drained()
-                self.waiting[r.key].discard(r)
+                self.waiting.discard(r)
             else:
-                self.waiting[r.key].add(r)
+                self.waiting.add(r)
         else:
-            self.waiting[r.key].discard(r)
+            self.waiting.discard(r)
 
     def _settled_by_client(self, state: ConnState, link: Any, impl: Any) -> None:
         """The client's disposition of a delivery we sent (``link``, ``impl``: proton's C link and delivery)."""

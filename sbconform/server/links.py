@@ -290,7 +290,7 @@ class Links:
         info = state.link_info.get(link)
         if info is not None and info.receiving is not None:
             r, info.receiving = info.receiving, None
-            self.waiting[r.key].discard(r)
+            self.waiting.discard(r)
             if r in state.receivers:
                 state.receivers.remove(r)
             if r.session_id is not None:

@@ -29,7 +29,6 @@ import logging
 import selectors
 import socket
 import time
-from collections import defaultdict
 from typing import Callable
 
 from sbreference import Namespace
@@ -41,7 +40,7 @@ from .deliveries import Deliveries
 from .limits import Limits
 from .links import Links
 from .nodes import Nodes
-from .state import ConnState, LinkInfo, Receiving, WallClock
+from .state import ConnState, LinkInfo, Receiving, WallClock, Waiting
 from .values import lock_uuid
 
 __all__ = ["CONDITIONS", "STATUS", "ConnState", "LinkInfo", "Limits", "Receiving", "Server", "WallClock", "lock_uuid",
@@ -80,7 +79,7 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
         self.selector = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
         self.conns: dict[int, ConnState] = {}  # fileno -> state
-        self.waiting: dict[str, set[Receiving]] = defaultdict(set)  # entity key -> receivers with credit
+        self.waiting = Waiting()  # entity key -> receivers with credit (no key once none waits)
         self.dirty: set[str] = set()
         self.touched: set[ConnState] = set()  # connections to push, handle and flush after this turn (_flush_all)
         self._stop = False
