@@ -33,8 +33,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .entity import counted
 from .errors import ErrorCode, ServiceBusError
 from .message import Message, message_size
+from .status import refuse_send
 
 if TYPE_CHECKING:  # pragma: no cover
     from .namespace import Namespace
@@ -213,7 +215,7 @@ class Transactions:
                 transient=False,
             )
         candidate = txn.operations + [Operation("send", path, batch)]
-        self._check_sends(candidate)
+        self._check_sends(candidate, txn.scope)
         txn.operations.append(candidate[-1])
 
     def settle(
@@ -291,15 +293,21 @@ class Transactions:
             txn.started_at = now
         return txn
 
-    def _check_sends(self, operations: Sequence[Operation]) -> None:
+    def _check_sends(self, operations: Sequence[Operation], scope: str | None) -> None:
         """Every buffered send would be accepted as it was sent (sizes, sessions: each send is its
-        own message or batch), their sum fits in the entity, and on partitioned entities all
-        transactional messages carry one partition key (PART-TXN-001/002/003)."""
+        own message or batch; a send straight to the transaction's entity, not via it, only while that
+        entity takes sends: SETTLE-STATUS-001), their sum fits in the entity (large messages counted as
+        SETTLE-TIER-008 says), and on partitioned entities all transactional messages carry one
+        partition key (PART-TXN-001/002/003). A send via the entity to a disabled destination goes to the
+        transfer dead-letter queue on Service Bus (service-bus-dead-letter-queues), which is not modelled."""
         now = self.namespace.clock.now
         by_path: dict[str, list[Message]] = {}
         for op in operations:
             if op.kind == "send":
-                self.namespace.sending_entity(op.path).check(list(op.messages), now)
+                entity = self.namespace.sending_entity(op.path)
+                if scope_key(op.path) == scope:
+                    refuse_send(entity.kind, entity.path, entity.description.status)
+                entity.check(list(op.messages), now)
                 by_path.setdefault(op.path, []).extend(op.messages)
         keys: set[str] = set()
         for path, messages in by_path.items():
@@ -307,7 +315,7 @@ class Transactions:
             if entity.partitioned:
                 keys |= transactional_partition_keys(entity, messages)
                 one_partition_key(keys)
-            total = sum(message_size(m) for m in messages)
+            total = sum(counted(message_size(m), entity.large_times) for m in messages)
             if entity.bytes + total > entity.max_bytes:
                 raise ServiceBusError(
                     ErrorCode.QUOTA_EXCEEDED,
@@ -321,7 +329,7 @@ class Transactions:
         for op in txn.operations:
             if op.kind != "send":
                 self.namespace.receiving_store(op.path).locked_message(now, txn.conn, op.lock_token)
-        self._check_sends(txn.operations)
+        self._check_sends(txn.operations, txn.scope)
 
     def _apply_all(self, txn: Transaction) -> dict[str, list[int | None]]:
         ns = self.namespace

@@ -233,3 +233,23 @@ def test_a_topic_can_be_peeked_for_its_scheduled_messages_but_not_received_from(
     ns.clock.advance(91 * SECOND)
     assert ns.peek("t", max_count=5) == []  # come due: now in the subscription, no longer on the topic
     assert [m.message_id for m in ns.peek("t/Subscriptions/s", max_count=5)] == ["due"]
+
+
+# ------------------------------------------------------------ transactions
+
+
+@pytest.mark.clauses("SETTLE-STATUS-001", "TXN-ATOM-001")
+def test_a_transactional_send_to_a_send_disabled_queue_is_refused() -> None:
+    """Audit row ENT-025: a queue whose sends are disabled refuses sends, transactional ones included (Service Bus names
+    no exception for transactions); one disabled between the send and the commit makes the commit fail, all or nothing."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("q", status="SendDisabled")
+    conn = ns.connect()
+    txn = ns.transactions.declare(conn)
+    fails(ErrorCode.ENTITY_UNAVAILABLE, ns.transactions.send, conn, txn, "q", Message(b"x", message_id="m"))
+    ns.update("q", status="Active")
+    ns.transactions.send(conn, txn, "q", Message(b"x", message_id="m"))
+    ns.update("q", status="SendDisabled")
+    fails(ErrorCode.TRANSACTION_ROLLBACK, ns.transactions.discharge, conn, txn, False)
+    ns.update("q", status="Active")
+    assert ns.peek("q") == []
