@@ -1,24 +1,16 @@
-"""The reference model against Service Bus's documentation, third round (tests/test_fidelity_model.py
-and tests/test_fidelity_model2.py hold the earlier rounds): one test per row of sbspec/fidelity.md
-where the model was found to differ, each written failing first.
-
-Model-level tests (``@needs:model-internals``): they grade the model, not a target.
+"""Third round of the model's audit against Service Bus's documentation (the earlier rounds: tests/test_fidelity_model.py,
+tests/test_fidelity_model2.py, whose ``fails`` helper this file shares): a test per sbspec/fidelity.md row where the
+model differed, each written failing first; model-level (``@needs:model-internals``), grading the model, not a target.
 """
 
 from __future__ import annotations
 
 import pytest
+from test_fidelity_model2 import fails
 
-from sbreference import ErrorCode, Message, Namespace, ServiceBusError, VirtualClock
+from sbreference import ErrorCode, Message, Namespace, VirtualClock
 
 pytestmark = pytest.mark.needs("model-internals")
-
-
-def fails(code: ErrorCode, call, *args, **kwargs) -> ServiceBusError:
-    with pytest.raises(ServiceBusError) as caught:
-        call(*args, **kwargs)
-    assert caught.value.code is code, caught.value
-    return caught.value
 
 
 # ------------------------------------------------------------ auto-forwarding
