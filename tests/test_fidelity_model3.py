@@ -245,3 +245,19 @@ def test_a_transactional_send_to_a_send_disabled_queue_is_refused() -> None:
     fails(ErrorCode.TRANSACTION_ROLLBACK, ns.transactions.discharge, conn, txn, False)
     ns.update("q", status="Active")
     assert ns.peek("q") == []
+
+
+@pytest.mark.clauses("SETTLE-FWD-002")
+def test_dead_letter_forwarding_to_a_disabled_destination_still_goes_through() -> None:
+    """SETTLE-DISC-007's reading for ForwardDeadLetteredMessagesTo: "In case the destination entity is disabled, forwarding
+    to this entity will still continue to work" (the Service Bus team, azure-service-bus issue 666), unlike ForwardTo."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("dlq-sink")
+    ns.create_queue("q", forward_dead_lettered_messages_to="dlq-sink")
+    ns.update("dlq-sink", status="Disabled")
+    conn = ns.connect()
+    ns.send(conn, "q", Message(b"x", message_id="m"))
+    [got] = ns.receive(conn, "q")
+    ns.dead_letter(conn, "q", got.lock_token, "why", "because")
+    ns.update("dlq-sink", status="Active")
+    assert [m.message_id for m in ns.peek("dlq-sink")] == ["m"]
