@@ -103,3 +103,47 @@ def test_the_sink_takes_a_trace_id_that_is_a_file_name(tmp_path) -> None:
     sink.close()
     assert [p.name for p in tmp_path.iterdir()] == ["orders-2026.11 run_1-00001.jsonl"]
     assert [e["trace"] for e in read_events(tmp_path)] == ["orders-2026.11 run_1"]
+
+
+# ------------------------------------------------------------------ generate --events
+
+
+@pytest.fixture
+def never_generated(monkeypatch) -> None:
+    """A refusal expected before generating: were it not refused, the test fails at once
+    instead of writing billions of events."""
+    import sbconform.trace.generate
+
+    def generate(*args, **kwargs):
+        raise AssertionError("generate ran: the command line was not refused")
+    monkeypatch.setattr(sbconform.trace.generate, "generate", generate)
+
+
+@pytest.mark.usefixtures("never_generated")
+@pytest.mark.parametrize("events, says", [("0", "at least 1"), ("-3", "at least 1"),
+                                          ("100000000000", "at most"), ("1" + "0" * 40, "at most")])
+def test_generate_events_out_of_bounds_are_refused_when_parsed(tmp_path, capsys, events, says) -> None:
+    line = one_error(capsys, ["generate", "--events", events, "--out", str(tmp_path / "t.jsonl")])
+    assert "--events" in line and says in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_takes_the_benchmarks_ten_million_and_the_readmes_hundred_million() -> None:
+    from sbconform.cli import build_parser
+
+    for events in (10_000_000, 100_000_000):
+        assert build_parser().parse_args(["generate", "--events", str(events), "--out", "t"]).events == events
+
+
+@pytest.mark.usefixtures("never_generated")
+@pytest.mark.parametrize("out", ["t.jsonl", "t.parquet", "dir"])
+def test_generate_more_than_the_disk_holds_is_refused_before_writing(tmp_path, capsys, monkeypatch, out) -> None:
+    import shutil
+
+    from sbconform.commands import generate
+
+    free = 50 * 1024 * 1024
+    monkeypatch.setattr(generate.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 * free, 9 * free, free))
+    line = one_error(capsys, ["generate", "--events", "50000000", "--out", str(tmp_path / out)])
+    assert str(tmp_path) in line and "free" in line and "--events" in line
+    assert list(tmp_path.iterdir()) == []

@@ -16,6 +16,11 @@ from .cost import positive
 #: Bounds on the trace's shape: every entity writes a few hundred events however few --events
 #: asks, and every client is held in memory (10^8 clients grew past 7 GB).
 MAX_CLIENTS, MAX_ENTITIES, MAX_CLIENTS_IN_ALL = 1000, 100_000, 1_000_000
+#: --events: ten times the 100 million the replay benchmark extrapolates to (some 7 hours at
+#: 40,000 events/s; 16 GB of Parquet, 250 GB of JSON Lines). Free disk is checked up front too.
+MAX_EVENTS = 1_000_000_000
+#: bytes an event takes on disk, about (measured: 12.5 in Parquet, 236 in JSON Lines), rounded up
+EVENT_BYTES = {"parquet": 16, "jsonl": 250}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     problem = _out_problem(args, out)
     if problem:
         print(f"sbconform generate: --out {out}: {problem}", file=sys.stderr)
+        return 2
+    problem = _disk_problem(args, out)
+    if problem:
+        print(f"sbconform generate: {problem}", file=sys.stderr)
         return 2
     try:  # its folders are made as needed (README's `--out traces/run1` on a fresh clone)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +143,27 @@ def _out_problem(args: argparse.Namespace, out: Path) -> str | None:
     return None
 
 
+def _disk_problem(args: argparse.Namespace, out: Path) -> str | None:
+    """--events more than the disk holding --out has room for (about ``EVENT_BYTES`` each), else
+    None: said before writing, not when the disk is full hours later."""
+    from ..trace.io import JSONL_SUFFIXES
+
+    encoding = "jsonl" if out.suffix in JSONL_SUFFIXES else "parquet"
+    needed = args.events * EVENT_BYTES[encoding]
+    where = out.absolute().parent
+    while not where.exists() and where != where.parent:  # made when writing: its nearest existing folder
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return None  # said by the writing, naming what failed
+    if needed <= free:
+        return None
+    return (f"--events {args.events:,} needs about {needed / 1e9:,.1f} GB "
+            f"({'JSON Lines' if encoding == 'jsonl' else 'Parquet'}, about {EVENT_BYTES[encoding]} bytes an event); "
+            f"{where} has {free / 1e9:,.1f} GB free")
+
+
 def _injected(path: Path, by_piece: bool) -> Path:
     return path / "_injected.json" if by_piece else path.with_name(path.name + ".injected.json")
 
@@ -160,7 +190,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..trace.generate import INJECTIONS
 
     p = sub.add_parser("generate", help="write a large legal trace from the reference model (with --inject: planted violations)")
-    p.add_argument("--events", type=positive, required=True, metavar="N", help="at least this many events")
+    p.add_argument("--events", type=whole(1, MAX_EVENTS), required=True, metavar="N",
+                   help=f"at least this many events (at most {MAX_EVENTS:,}; and what the disk has room for)")
     p.add_argument("--clients", type=whole(1, MAX_CLIENTS), default=4, metavar="C", help="clients per entity (default 4)")
     p.add_argument("--entities", type=whole(1, MAX_ENTITIES), default=8, metavar="E",
                    help="entities; their shapes cycle through plain, sessions, partitioned, retries (max delivery count 3), pings")
