@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
 
-from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, ulong  # noqa: E402
+from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, uint, ulong  # noqa: E402
 
 from sbconform.server import parse_config  # noqa: E402
-from serve_support import ATTACH, CLOSE, DETACH, TRANSFER, RawClient, attach, condition_of, encode_value, flow, frame, performative  # noqa: E402,F401
+from serve_support import ATTACH, CLOSE, DETACH, DISPOSITION, TRANSFER, RawClient, attach, condition_of, encode_value, flow, frame, performative  # noqa: E402,F401
 from test_serve_adversary2 import locked_delivery, management, outcome  # noqa: E402
 from test_serve_security import InProcess, authorized_sender, srv  # noqa: E402,F401 (srv: the fixture)
 
@@ -215,8 +215,6 @@ def test_receivers_attached_and_detached_on_10000_entities_leave_no_record(srv: 
     set, for every entity a receiver with credit ever waited on: attaching and detaching on
     10,000 entities (made and deleted through management, as the REST API or $sbconform do)
     left 10,000 keys for the life of the server."""
-    from proton import uint
-
     c = RawClient(srv.port)
     c.open_session()
     assert c.put_token("") == 200  # the namespace: every entity
@@ -229,3 +227,47 @@ def test_receivers_attached_and_detached_on_10000_entities_leave_no_record(srv: 
         srv.on_loop(lambda: [srv.server.namespace.delete(f"w{i}") for i in names])
     assert len(c.frames.of(DETACH)) == 10_000 and not c.frames.of(CLOSE)
     assert srv.on_loop(lambda: len(srv.server.waiting)) < 10
+
+
+def test_the_model_is_handed_one_spelling_of_each_path(srv: InProcess) -> None:
+    """Entity names are case-insensitive, and the model keeps what it resolved by the path as
+    given (its route caches, emptied only when entities change): a client attaching to 1,000
+    spellings of 'open/$DeadLetterQueue' and sending to 1,000 of 'OPEN' grew them by 2,000
+    entries, and any number more (a path of n letters has 2**n spellings). The server hands
+    the model each path as its entity spells it."""
+    import random
+
+    ns = srv.server.namespace
+    handed: set[str] = set()
+
+    def spy(name: str) -> None:
+        real = getattr(ns, name)
+
+        def recorded(*args, **kwargs):
+            handed.add(next(a for a in args if isinstance(a, str)))
+            return real(*args, **kwargs)
+
+        setattr(ns, name, recorded)
+
+    srv.on_loop(lambda: [spy(name) for name in ("taking_store", "sending_entity", "send", "peek")])
+    rng = random.Random(7)
+
+    def spelling(path: str) -> str:
+        return "".join(ch.upper() if rng.random() < 0.5 else ch.lower() for ch in path)
+
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("") == 200
+    for start in range(0, 1000, 250):
+        c.send(*[attach(f"r{i}", 5 + i, spelling("open/$DeadLetterQueue") + "/" * (i % 2), False)
+                 + frame(performative(DETACH, uint(5 + i), True)) for i in range(start, start + 250)])
+        c.read(5, until=lambda f: len(f.of(DETACH)) >= start + 250)
+    sender = authorized_sender(srv.port, spelling("OPEN"), handle=5)
+    for i in range(20):
+        sender.send(sender.transfer(5, encode_value(Described(ulong(0x75), b"x"))))
+    sender.read(5, until=lambda f: any(p[2].value[2] == 20 for p in f.of(DISPOSITION)))  # (settled in ranges: first, last)
+    for i in range(20):
+        assert management(c, spelling("open"), "com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 1},
+                          2000 + 2 * i).properties["statusCode"] == 200
+    assert handed <= {"open", "open/$DeadLetterQueue"}, sorted(handed)[:10]
+    assert srv.held("open") == 20

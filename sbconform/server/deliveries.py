@@ -285,6 +285,9 @@ class Deliveries:
         error: ServiceBusError | None = None
         txn = coordinator.transactional(dlv)
         destination = coordinator.destination_of(link)
+        address = state.link_info.get(link).path  # as the attach spelt it for the model (values.canonical)
+        if destination is not None:
+            destination = v.canonical(self.namespace, v.entity_path(destination))
         try:
             if not data:  # proton hands over None for a TRANSFER of no bytes
                 raise WireError("the transfer carried no bytes; a message has a body section (AMQP 1.0 part 3, 3.2)")
@@ -297,9 +300,9 @@ class Deliveries:
                 self._check_storable(m)
             if txn is not None:  # TXN-VIS-001: enlisted, committed at discharge
                 via = address if destination is not None else None
-                self.namespace.transactions.send(state.model_conn, txn[0], v.entity_path(destination) if via else address, messages, via=via)
+                self.namespace.transactions.send(state.model_conn, txn[0], destination if via else address, messages, via=via)
             else:
-                self.namespace.send(state.model_conn, v.entity_path(destination) if destination else address, messages)
+                self.namespace.send(state.model_conn, destination or address, messages)
         except ServiceBusError as e:
             error = e
         except Refused as e:  # the broker could not send it back as it came: refused at the door

@@ -56,11 +56,12 @@ class Links:
                 return
             try:
                 self._authorize(state, address)
+                address = v.canonical(self.namespace, address)  # (the model is handed one spelling of each path)
                 self.namespace.sending_entity(address)
                 destination = coordinator.destination_of(link)
                 if destination is not None:  # send via (TXN-VIA-001): both entities are authorised
                     self._authorize(state, v.entity_path(destination))
-                    self.namespace.sending_entity(v.entity_path(destination))
+                    self.namespace.sending_entity(v.canonical(self.namespace, v.entity_path(destination)))
                     link.properties = {coordinator.TRANSFER_DESTINATION: destination}
             except ServiceBusError as error:
                 self._refuse(state, link, error)
@@ -92,6 +93,7 @@ class Links:
         mode = RECEIVE_AND_DELETE if link.remote_snd_settle_mode == Link.SND_SETTLED else PEEK_LOCK
         try:
             self._authorize(state, address)
+            address = v.canonical(self.namespace, address)
             store = self.namespace.taking_store(address)  # a receiver of a ReceiveDisabled entity is refused here
         except ServiceBusError as error:
             self._refuse(state, link, error)

@@ -99,7 +99,7 @@ class Nodes:
                 # JavaScript SDK's audience for management requests) authorizes them
                 self._authorize(state, address)
                 status, result, changes = management.dispatch(operation, management.Request(
-                    self.namespace, state.model_conn, self.clock, self.limits, path, body, txn))
+                    self.namespace, state.model_conn, self.clock, self.limits, v.canonical(self.namespace, path), body, txn))
             self._apply(changes)
             reply = {"statusCode": status, "statusDescription": "OK" if status == 200 else "No Content"}
         except ServiceBusError as error:

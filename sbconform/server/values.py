@@ -15,7 +15,7 @@ from cproton_ffi import ffi as _ffi
 from cproton_ffi import lib as _lib
 from proton import Array, Condition, Delivery, symbol
 
-from sbreference import ServiceBusError
+from sbreference import ServiceBusError, paths
 
 from ..amqp import codec
 
@@ -90,6 +90,22 @@ def entity_path(address: str | None) -> str:
             path = address.split("://", 1)[1].partition("/")[2]
             return path.split("?", 1)[0].split("#", 1)[0]
     return address[1:] if address.startswith("/") else address
+
+
+def canonical(namespace: Any, path: str) -> str:
+    """``path`` as its entity spells it (names are case-insensitive; a trailing slash dropped), or
+    as given when it names nothing: what the model is handed. The model keeps what it resolved
+    by the path as given, so every spelling of a path (2**n of n letters) was an entry more."""
+    parsed = paths.parse(path)
+    entity = namespace.entities.get(parsed.key)
+    if entity is None:
+        return path
+    if parsed.subscription is not None:
+        subscription = (getattr(entity, "subscriptions", None) or {}).get(parsed.subscription_key)
+        if subscription is None:
+            return path
+        entity = subscription
+    return entity.path + "/" + paths.DEAD_LETTER_QUEUE if parsed.dead_letter else entity.path
 
 
 def values(value: Any) -> list:
