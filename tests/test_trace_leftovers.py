@@ -147,3 +147,36 @@ def test_generate_more_than_the_disk_holds_is_refused_before_writing(tmp_path, c
     line = one_error(capsys, ["generate", "--events", "50000000", "--out", str(tmp_path / out)])
     assert str(tmp_path) in line and "free" in line and "--events" in line
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ record --rotate
+
+
+@pytest.mark.parametrize("value", ["1", "1K", "2K", "1000000", "0.5M"])
+def test_record_rotate_below_a_megabyte_is_refused_when_parsed(capsys, value) -> None:
+    """--rotate 1 made a file of every 16 events (the sink looks at the size every 16)."""
+    line = one_error(capsys, ["record", "--upstream", "x", "--out", "o", f"--rotate={value}"])
+    assert "--rotate" in line and value in line and "at least 1M" in line
+
+
+@pytest.mark.parametrize("value, size", [("1M", 1024 ** 2), ("256M", 256 * 1024 ** 2), ("2G", 2 * 1024 ** 3)])
+def test_record_rotate_takes_a_megabyte_and_more(value, size) -> None:
+    from sbconform.cli import build_parser
+
+    assert build_parser().parse_args(["record", "--upstream", "x", "--out", "o", "--rotate", value]).rotate == size
+
+
+def test_a_recording_past_its_last_file_number_grows_its_last_file_in_order(tmp_path, monkeypatch) -> None:
+    """Files are numbered <trace>-00001...-99999 and read in name order: a 100,000th file
+    (<trace>-100000) would sort before <trace>-10001 and its events be read out of order."""
+    from sbconform.proxy import sink as sink_module
+
+    monkeypatch.setattr(sink_module, "MAX_FILES", 3)
+    said: list[str] = []
+    sink = sink_module.TraceSink(tmp_path, "t", rotate_bytes=1, on_error=said.append)
+    for i in range(200):
+        sink.write("c1", sink.op(), "peek", "invoke", entity="q", args={"from_seq": i})
+    sink.close()
+    assert [p.name for p in sorted(tmp_path.iterdir())] == [f"t-0000{i}.jsonl" for i in (1, 2, 3)]
+    assert [e["pos"] for e in read_events(tmp_path)] == list(range(200))
+    assert sink.failed is None and len(said) == 1 and "3 files" in said[0]

@@ -18,6 +18,10 @@ def _listen(text: str) -> tuple[str, int]:
     return host, port(number)
 
 
+#: the smallest --rotate: files of at least some thousands of events
+MIN_ROTATE = 1024 ** 2
+
+
 def _size(text: str) -> int:
     units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
     t = text.strip().lower().rstrip("b")
@@ -30,8 +34,8 @@ def _size(text: str) -> int:
     if not math.isfinite(value):  # int() of inf is an OverflowError, which argparse does not catch
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 256M)")
     value = int(value)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
+    if value < MIN_ROTATE:  # --rotate 1 made a file of every 16 events (the sink looks every 16)
+        raise argparse.ArgumentTypeError(f"{text!r}: a trace file is at least 1M (the default is 256M)")
     return value
 
 

@@ -100,6 +100,11 @@ def trace_id_problem(trace: str) -> str | None:
     return None
 
 
+#: files of one recording, numbered <trace>-00001 ... -99999 and read in name order: a 100,000th
+#: (<trace>-100000) would sort before <trace>-10001; past the last the last file grows
+MAX_FILES = 99_999
+
+
 #: the recording's Parquet row group: small enough for rotation by size to follow the file
 PARQUET_ROWS = 4096
 
@@ -128,6 +133,7 @@ class TraceSink:
         self.events_in_file = 0
         self.failed: str | None = None
         self.events = 0
+        self.full = False  # MAX_FILES reached: the last file grows
 
     def now(self) -> int:
         """ms since the recording started: the trace's clock."""
@@ -178,7 +184,7 @@ class TraceSink:
             self.on_error(f"event not recorded: {op!r} {phase!r} is not an operation and phase of the format")
             return
         try:
-            if self.writer is None or self.events_in_file % 16 == 0 and self._size() >= self.rotate_bytes:
+            if self.writer is None or self.events_in_file % 16 == 0 and self._size() >= self.rotate_bytes and self._may_rotate():
                 if self.writer is not None:
                     self.writer.close()
                 self._open()
@@ -193,6 +199,15 @@ class TraceSink:
         self.pos += 1
         self.events += 1
         self.events_in_file += 1
+
+    def _may_rotate(self) -> bool:
+        """Whether a new file may begin (fewer than MAX_FILES so far); said once when not."""
+        if len(self.files) < MAX_FILES:
+            return True
+        if not self.full:
+            self.full = True
+            self.on_error(f"the recording has {MAX_FILES} files: no more rotation, {self.files[-1].name} grows")
+        return False
 
     def flush(self) -> None:
         """Write the events gathered since the last flush (JSON Lines; Parquet writes on close)."""
