@@ -203,7 +203,8 @@ class Transactions:
         if txn.message_count() + len(batch) > MAX_TRANSACTION_MESSAGES:
             raise ServiceBusError(
                 ErrorCode.QUOTA_EXCEEDED,
-                f"A transaction holds at most {MAX_TRANSACTION_MESSAGES} messages, not {txn.message_count() + len(batch)}.",
+                # the text service-bus-quotas gives ("the calling code receives an exception with the message: ...")
+                f"Can't send more than {MAX_TRANSACTION_MESSAGES} messages in a single transaction.",
                 transient=False,
             )
         buffered = sum(self.active[t].buffered_bytes() for t in self.by_connection.get(conn, ()))

@@ -261,3 +261,16 @@ def test_dead_letter_forwarding_to_a_disabled_destination_still_goes_through() -
     ns.dead_letter(conn, "q", got.lock_token, "why", "because")
     ns.update("dlq-sink", status="Active")
     assert [m.message_id for m in ns.peek("dlq-sink")] == ["m"]
+
+
+@pytest.mark.clauses("TXN-QUOTA-001")
+def test_the_101st_message_of_a_transaction_is_refused_with_the_documented_text() -> None:
+    """Audit row OP-058: "Additional incoming messages are rejected, and the calling code receives an exception with the
+    message: Can't send more than 100 messages in a single transaction." (service-bus-quotas)."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("q")
+    conn = ns.connect()
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "q", [Message(b"x") for _ in range(100)])
+    error = fails(ErrorCode.QUOTA_EXCEEDED, ns.transactions.send, conn, txn, "q", Message(b"y"))
+    assert "Can't send more than 100 messages in a single transaction." in error.text
