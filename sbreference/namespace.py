@@ -301,8 +301,8 @@ class Namespace(Provisioning):
     def set_session_state(self, conn: int, path: str, session_id: str, state: bytes | None) -> None:
         """SETTLE-SESS-008: at most one message's size; SETTLE-SESS-010: within the entity's size (``charge_state``)."""
         store, now = self._session_store(path), self.clock.now
-        grown = len(state or b"") - len(store.get_session_state(now, conn, session_id) or b"")
-        self.charge_state(path, grown, lambda: store.set_session_state(now, conn, session_id, state, self.session_state_limit(path)))
+        old = store.get_session_state(now, conn, session_id)
+        self.charge_state(path, store, old, state, lambda: store.set_session_state(now, conn, session_id, state, self.session_state_limit(path)))
 
     def _session_store(self, path: str) -> MessageStore:
         store = self._receiving_store(path)

@@ -316,6 +316,10 @@ class PartitionedStore:
     def set_session_state(self, now: int, holder: int, session_id: str, state: bytes | None, limit: int | None = None) -> None:
         self._by_session(session_id).set_session_state(now, holder, session_id, state, limit)
 
+    def state_count(self) -> int:
+        """SETTLE-SESS-011: the sessions holding a state, over the partitions."""
+        return sum(store.state_count() for store in self.partitions)
+
     # -- connections, counts
     def drop_holder(self, now: int, holder: int) -> None:
         for store in self.partitions:

@@ -26,6 +26,9 @@ from .tiers import STANDARD_MAX_ENTITIES, TIERS, capped_time_to_live, check_enti
 #: Queues and topics per namespace (Basic/Standard), partitioned ones counting as one each (PART-LIMIT-003);
 #: Premium: per messaging unit (SETTLE-TIER-007, ``tiers.max_entities``).
 MAX_ENTITIES = STANDARD_MAX_ENTITIES
+#: SETTLE-SESS-011: "Maximum number of session states per messaging entity: queue or subscription | 1,000,000"
+#: (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas).
+MAX_SESSION_STATES = 1_000_000
 #: Description fields that can only be chosen when the entity is created (PART-CREATE-002).
 IMMUTABLE = ("requires_session", "requires_duplicate_detection", "enable_partitioning")
 
@@ -296,12 +299,19 @@ class Provisioning:
             info["partition_count"] = entity.partition_count
         return info
 
-    def charge_state(self, path: str, grown: int, change: Any) -> None:
+    def charge_state(self, path: str, store: Any, old: bytes | None, new: bytes | None, change: Any) -> None:
         """SETTLE-SESS-010: "The session state held in a queue or in a subscription counts towards that entity's
         storage quota" (https://learn.microsoft.com/azure/service-bus-messaging/message-sessions). A state that
         grows the queue (a subscription's: its topic, the entity with a size) past its maximum is refused with
-        quota-exceeded, as a send would be, before ``change`` sets it; otherwise the entity's bytes follow it."""
-        entity = self._resolve(path)[0]
+        quota-exceeded, as a send would be, before ``change`` sets it; otherwise the entity's bytes follow it.
+        SETTLE-SESS-011: a state on a further session past ``MAX_SESSION_STATES`` in ``store`` is refused too."""
+        entity, grown = self._resolve(path)[0], len(new or b"") - len(old or b"")
+        if new and old is None and store.state_count() >= MAX_SESSION_STATES:
+            raise ServiceBusError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"'{path}' already holds {MAX_SESSION_STATES} session states, the most a queue or subscription holds.",
+                transient=False,
+            )
         if grown > 0 and entity.bytes + grown > entity.max_bytes:
             raise ServiceBusError(
                 ErrorCode.QUOTA_EXCEEDED,

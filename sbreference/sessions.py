@@ -90,6 +90,10 @@ class SessionLocks:
             )
         session.state = state or None
 
+    def state_count(self) -> int:
+        """The sessions of this store that hold a state (SETTLE-SESS-011)."""
+        return sum(1 for session in self.sessions.values() if session.state)
+
     def state_bytes(self) -> int:
         """The bytes this store's session states take from its entity's size (SETTLE-SESS-010)."""
         return sum(len(session.state) for session in self.sessions.values() if session.state)

@@ -274,3 +274,27 @@ def test_the_101st_message_of_a_transaction_is_refused_with_the_documented_text(
     ns.transactions.send(conn, txn, "q", [Message(b"x") for _ in range(100)])
     error = fails(ErrorCode.QUOTA_EXCEEDED, ns.transactions.send, conn, txn, "q", Message(b"y"))
     assert "Can't send more than 100 messages in a single transaction." in error.text
+
+
+@pytest.mark.clauses("SETTLE-SESS-011")
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_queue_or_subscription_holds_at_most_a_million_session_states(partitioned: bool, monkeypatch) -> None:
+    """Audit row OP-059: "Maximum number of session states per messaging entity: queue or subscription | 1,000,000"
+    (service-bus-quotas, 2025). A further state is refused (quota-exceeded); replacing or clearing one is not a new one.
+    The limit is lowered here so that the test stays small."""
+    from sbreference import provisioning
+
+    assert provisioning.MAX_SESSION_STATES == 1_000_000
+    monkeypatch.setattr(provisioning, "MAX_SESSION_STATES", 2)
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("q", requires_session=True, enable_partitioning=partitioned)
+    conn = ns.connect()
+    for sid in ("a", "b", "c"):
+        ns.accept_session(conn, "q", sid)
+    ns.set_session_state(conn, "q", "a", b"1")
+    ns.set_session_state(conn, "q", "b", b"2")
+    fails(ErrorCode.QUOTA_EXCEEDED, ns.set_session_state, conn, "q", "c", b"3")
+    assert ns.get_session_state(conn, "q", "c") is None
+    ns.set_session_state(conn, "q", "b", b"22")  # replacing is not a new state
+    ns.set_session_state(conn, "q", "a", None)  # clearing frees one
+    ns.set_session_state(conn, "q", "c", b"3")
