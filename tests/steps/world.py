@@ -192,6 +192,9 @@ class World:
             batch = self.target.peek(self.peeker(ref), page, start)
             if not batch:
                 break
+            early = [m.sequence_number for m in batch if m.sequence_number < start]
+            if early:  # else a peek that ignores its start would page here for ever (SETTLE-PEEK-002)
+                raise AssertionError(f"a peek from sequence number {start} returned sequence numbers {early}")
             found.extend(batch)
             start = max(m.sequence_number for m in batch) + 1
         for m in found:
