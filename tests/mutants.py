@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from sbreference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
 
-from sbconform.targets import TargetWrapper, register
+from sbconform.targets import Handle, TargetWrapper, register
 from sbconform.targets.reference import ReferenceTarget
 
 
@@ -160,6 +160,414 @@ class PingsDelivered(Mutant):
         return out
 
 
+
+# ------------------------------------------------------------------ entity descriptions
+class EntityMutant(Mutant):
+    """Creates and updates entities with ``_broken`` applied to the properties asked for
+    (only on the kinds of entity named in ``kinds``)."""
+
+    kinds: tuple[str, ...] = ("queue", "topic", "subscription")
+
+    def _broken(self, properties: dict) -> dict:
+        raise NotImplementedError
+
+    def _apply(self, kind: str, properties: dict) -> dict:
+        return self._broken(dict(properties)) if kind in self.kinds else properties
+
+    def create_queue(self, name, **properties):
+        return super().create_queue(name, **self._apply("queue", properties))
+
+    def create_topic(self, name, **properties):
+        return super().create_topic(name, **self._apply("topic", properties))
+
+    def create_subscription(self, topic_path, name, **properties):
+        return super().create_subscription(topic_path, name, **self._apply("subscription", properties))
+
+    def update_entity(self, path, **properties):
+        kind = "subscription" if "/subscriptions/" in path.lower() else "queue"  # a topic has what a queue has here
+        super().update_entity(path, **self._apply(kind, properties))
+
+
+class LockDurationIgnored(EntityMutant):
+    """Locks every message for the default minute, whatever lock duration the entity has (SETTLE-LOCK-002)."""
+
+    name = "mutant-lock-duration-ignored"
+
+    def _broken(self, properties):
+        properties.pop("lock_duration", None)
+        return properties
+
+
+class LockDurationClamped(EntityMutant):
+    """Accepts a lock duration over five minutes and quietly uses five (SETTLE-ENT-001)."""
+
+    name = "mutant-lock-duration-clamped"
+
+    def _broken(self, properties):
+        if properties.get("lock_duration", 0) > 5 * 60_000:
+            properties["lock_duration"] = 5 * 60_000
+        return properties
+
+
+class MaxDeliveryCountIgnored(EntityMutant):
+    """Dead-letters after the default ten deliveries, whatever max delivery count the entity has (SETTLE-LOCK-007)."""
+
+    name = "mutant-max-delivery-count-ignored"
+
+    def _broken(self, properties):
+        properties.pop("max_delivery_count", None)
+        return properties
+
+
+class DuplicatesNotDetected(EntityMutant):
+    """Accepts the duplicate detection setting but never drops a duplicate (SETTLE-DUP-002)."""
+
+    name = "mutant-duplicates-not-detected"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        properties.pop("requires_duplicate_detection", None)
+        properties.pop("duplicate_detection_history_time_window", None)
+        return properties
+
+
+class DuplicateWindowForever(EntityMutant):
+    """Remembers message ids for the longest window allowed, whatever the entity's window (SETTLE-DUP-003)."""
+
+    name = "mutant-duplicate-window-forever"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        if properties.get("requires_duplicate_detection"):
+            properties["duplicate_detection_history_time_window"] = 7 * 24 * 3_600_000
+        return properties
+
+
+class DuplicatesAlwaysDetected(EntityMutant):
+    """Drops repeated message ids on every queue and topic, duplicate detection asked for or not (SETTLE-DUP-004)."""
+
+    name = "mutant-duplicates-always-detected"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        properties.setdefault("requires_duplicate_detection", True)
+        return properties
+
+
+class DefaultTimeToLiveIgnored(EntityMutant):
+    """Lets messages live forever unless they set a time to live: the entity's default is ignored (SETTLE-TTL-001)."""
+
+    name = "mutant-default-ttl-ignored"
+
+    def _broken(self, properties):
+        properties.pop("default_message_time_to_live", None)
+        return properties
+
+
+class ExpiryNotDeadLettered(EntityMutant):
+    """Drops expired messages even where dead-lettering on expiration is on (SETTLE-TTL-003)."""
+
+    name = "mutant-expiry-not-dead-lettered"
+
+    def _broken(self, properties):
+        properties.pop("dead_lettering_on_message_expiration", None)
+        return properties
+
+
+class ForwardDeadLetteredIgnored(EntityMutant):
+    """Keeps dead-lettered messages in the entity's own dead-letter subqueue, ForwardDeadLetteredMessagesTo or not (SETTLE-FWD-002)."""
+
+    name = "mutant-forward-dead-lettered-ignored"
+
+    def _broken(self, properties):
+        properties.pop("forward_dead_lettered_messages_to", None)
+        return properties
+
+
+class SendDisabledIgnored(EntityMutant):
+    """Takes SendDisabled (and Disabled) for Active: a suspended entity still accepts sends (SETTLE-STATUS-001)."""
+
+    name = "mutant-send-disabled-ignored"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        if properties.get("status") in ("SendDisabled", "Disabled"):
+            properties["status"] = "Active"
+        return properties
+
+
+class QuotaIgnored(EntityMutant):
+    """Gives every queue and topic the largest size: a full entity keeps accepting sends (SETTLE-SEND-005)."""
+
+    name = "mutant-quota-ignored"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        if "max_size_in_megabytes" in properties:
+            properties["max_size_in_megabytes"] = 5 * 1024
+        return properties
+
+
+# ---------------------------------------------------------------------- settlement
+class RenewLockPretends(Mutant):
+    """Answers RenewLock with a new locked-until but does not extend the lock (SETTLE-LOCK-004)."""
+
+    name = "mutant-renew-lock-pretends"
+
+    def renew_lock(self, receiver, message):
+        self._token(message)
+        return self.now() + self.describe_entity(receiver.path.split("/$")[0]).get("lock_duration", 60_000)
+
+
+class DropKeepsLocks(Mutant):
+    """A dropped connection's locks survive: its messages stay locked and settleable (SETTLE-LOCK-009)."""
+
+    name = "mutant-drop-keeps-locks"
+
+    def drop_connection(self, handle):
+        handle.private = self.namespace.connect()
+
+
+class SecondCompleteAccepted(Mutant):
+    """Accepts a second complete of a message it already completed (SETTLE-COMP-002)."""
+
+    name = "mutant-second-complete-accepted"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completed: set = set()
+
+    def complete(self, receiver, message):
+        if (receiver.path, message.lock_token) in self.completed:
+            return
+        super().complete(receiver, message)
+        self.completed.add((receiver.path, message.lock_token))
+
+
+class ReceiveAndDeleteLocks(Mutant):
+    """Receive-and-delete receivers really peek-lock and drop the lock token: what they got comes back (SETTLE-RECV-001)."""
+
+    name = "mutant-receive-and-delete-locks"
+
+    def receiver(self, path, mode="peek-lock"):
+        handle = super().receiver(path, "peek-lock")
+        handle.mode = mode
+        return handle
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        if receiver.mode == "peek-lock":
+            return super().receive(receiver, max_count, max_wait)
+        handle = replace(receiver, mode="peek-lock")
+        got = super().receive(handle, max_count, max_wait)
+        return [replace(m, lock_token=None, locked_until=None) for m in got]
+
+
+class ReceivesNewestFirst(Mutant):
+    """Hands a receive's messages over newest first (SETTLE-RECV-002)."""
+
+    name = "mutant-receives-newest-first"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        return list(reversed(super().receive(receiver, max_count, max_wait)))
+
+
+class LocklessSettleAccepted(Mutant):
+    """Accepts settlements of messages received in receive-and-delete mode, doing nothing (SETTLE-RECV-003)."""
+
+    name = "mutant-lockless-settle-accepted"
+
+    def complete(self, receiver, message):
+        if message.lock_token is not None:
+            super().complete(receiver, message)
+
+    def abandon(self, receiver, message, properties=None):
+        if message.lock_token is not None:
+            super().abandon(receiver, message, properties)
+
+    def defer(self, receiver, message, properties=None):
+        if message.lock_token is not None:
+            super().defer(receiver, message, properties)
+
+    def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
+        if message.lock_token is not None:
+            super().dead_letter(receiver, message, reason, description, properties)
+
+
+class DeadLetterDropsReason(Mutant):
+    """Dead-letters without the reason and description the receiver gave (SETTLE-DLQ-002)."""
+
+    name = "mutant-dead-letter-drops-reason"
+
+    def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
+        super().dead_letter(receiver, message, None, None, properties)
+
+
+class DeadLetterTwiceDeletes(Mutant):
+    """Dead-lettering a message of a dead-letter subqueue completes it instead of refusing (SETTLE-DLQ-004)."""
+
+    name = "mutant-dead-letter-twice-deletes"
+
+    def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
+        if receiver.path.endswith("/$DeadLetterQueue"):
+            super().complete(receiver, message)
+        else:
+            super().dead_letter(receiver, message, reason, description, properties)
+
+
+class DeferredLookupQuiet(Mutant):
+    """Answers a receive-deferred of a sequence number that is not deferred with nothing, not an error (SETTLE-DEFR-002)."""
+
+    name = "mutant-deferred-lookup-quiet"
+
+    def receive_deferred(self, receiver, sequence_numbers):
+        try:
+            return super().receive_deferred(receiver, sequence_numbers)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.MESSAGE_NOT_FOUND:
+                raise
+            return []
+
+
+class PeekIgnoresStart(Mutant):
+    """Peeks from the oldest message whatever sequence number is asked for (SETTLE-PEEK-002)."""
+
+    name = "mutant-peek-ignores-start"
+
+    def peek(self, receiver, max_count=1, from_sequence_number=1):
+        return super().peek(receiver, max_count, 1)
+
+
+class PeekShowsOnlyActive(Mutant):
+    """Peek leaves out deferred and scheduled messages (SETTLE-PEEK-003)."""
+
+    name = "mutant-peek-shows-only-active"
+
+    def peek(self, receiver, max_count=1, from_sequence_number=1):
+        return [m for m in super().peek(receiver, max_count, from_sequence_number) if m.state == "active"]
+
+
+# ------------------------------------------------------------ time to live, scheduling
+class MessageTimeToLiveIgnored(Mutant):
+    """Ignores the time to live a message sets (SETTLE-TTL-002)."""
+
+    name = "mutant-message-ttl-ignored"
+
+    def send(self, sender, messages, batch=False):
+        return super().send(sender, [replace(m, time_to_live=None) for m in messages], batch)
+
+
+class ScheduleSendsNow(Mutant):
+    """Enqueues scheduled messages at once (SETTLE-SCHED-001)."""
+
+    name = "mutant-schedule-sends-now"
+
+    def schedule(self, sender, messages, enqueue_time):
+        return super().schedule(sender, messages, self.now())
+
+
+class CancelIgnored(Mutant):
+    """Acknowledges the cancellation of a scheduled message but delivers it anyway (SETTLE-SCHED-003)."""
+
+    name = "mutant-cancel-ignored"
+
+    def cancel_scheduled(self, sender, sequence_numbers):
+        pass
+
+
+# ----------------------------------------------------------------------- sessions
+class SessionStateNotKept(Mutant):
+    """Accepts session state and forgets it (SETTLE-SESS-005)."""
+
+    name = "mutant-session-state-not-kept"
+
+    def set_session_state(self, receiver, state):
+        self._session(receiver)
+
+
+class RenewSessionLockPretends(Mutant):
+    """Answers a session lock renewal without extending the session lock (SETTLE-SESS-006)."""
+
+    name = "mutant-renew-session-lock-pretends"
+
+    def renew_session_lock(self, receiver):
+        self._session(receiver)
+        return self.now() + self.describe_entity(receiver.path).get("lock_duration", 60_000)
+
+
+class SessionLockShared(Mutant):
+    """Lets a second receiver accept a session another receiver holds (SETTLE-SESS-002)."""
+
+    name = "mutant-session-lock-shared"
+
+    def accept_session(self, path, session_id=None, mode="peek-lock", max_wait=None):
+        try:
+            return super().accept_session(path, session_id, mode, max_wait)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.SESSION_CANNOT_BE_LOCKED or session_id is None:
+                raise
+            return replace(super().receiver(path, mode), session_id=session_id)
+
+
+class OversizedSessionStateIgnored(Mutant):
+    """Answers a session state larger than a message with success, keeping the old state (SETTLE-SESS-008)."""
+
+    name = "mutant-oversized-session-state-ignored"
+
+    def set_session_state(self, receiver, state):
+        try:
+            super().set_session_state(receiver, state)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.MESSAGE_SIZE_EXCEEDED:
+                raise
+
+
+class SessionlessAccepted(Mutant):
+    """Accepts messages without a session id into a session-enabled entity (SETTLE-SESS-001)."""
+
+    name = "mutant-sessionless-accepted"
+
+    def send(self, sender, messages, batch=False):
+        if self.describe_entity(sender.path).get("requires_session"):
+            messages = [m if m.session_id is not None else replace(m, session_id="") for m in messages]
+        return super().send(sender, messages, batch)
+
+
+# ------------------------------------------------------------------------ sending
+class SendToMissingDropped(Mutant):
+    """Accepts (and drops) sends to an entity that does not exist (SETTLE-SEND-007)."""
+
+    name = "mutant-send-to-missing-dropped"
+
+    def sender(self, path):
+        try:
+            return super().sender(path)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.ENTITY_NOT_FOUND:
+                raise
+            return Handle("sender", path, private=self.namespace.connect())
+
+    def send(self, sender, messages, batch=False):
+        try:
+            return super().send(sender, messages, batch)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.ENTITY_NOT_FOUND:
+                raise
+            return [None for _ in messages]
+
+
+class LongIdsTruncated(Mutant):
+    """Cuts a MessageId, SessionId or PartitionKey over 128 characters to 128 instead of refusing it (SETTLE-SEND-008)."""
+
+    name = "mutant-long-ids-truncated"
+
+    def send(self, sender, messages, batch=False):
+        def cut(value):
+            return value[:128] if isinstance(value, str) else value
+
+        return super().send(sender, [replace(m, message_id=cut(m.message_id), session_id=cut(m.session_id),
+                                             partition_key=cut(m.partition_key)) for m in messages], batch)
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
 #: Mutants of paired-namespace behaviour: the settlement differential machine does not
@@ -210,7 +618,18 @@ RULES_MUTANTS = [RuleActionsIgnored, TwoValuedSqlLogic]
 #: caught by scenarios only (the differential machine settles without properties to modify)
 SCENARIO_MUTANTS = [IgnoresPropertiesToModify]
 
-for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS:
+#: the mutants of the mutation analysis (every MUST clause a broker could plausibly get wrong)
+NEW_MUTANTS = [
+    LockDurationIgnored, LockDurationClamped, MaxDeliveryCountIgnored, DuplicatesNotDetected, DuplicateWindowForever,
+    DuplicatesAlwaysDetected, DefaultTimeToLiveIgnored, ExpiryNotDeadLettered, ForwardDeadLetteredIgnored,
+    SendDisabledIgnored, QuotaIgnored, RenewLockPretends, DropKeepsLocks, SecondCompleteAccepted, ReceiveAndDeleteLocks,
+    ReceivesNewestFirst, LocklessSettleAccepted, DeadLetterDropsReason, DeadLetterTwiceDeletes, DeferredLookupQuiet,
+    PeekIgnoresStart, PeekShowsOnlyActive, MessageTimeToLiveIgnored, ScheduleSendsNow, CancelIgnored,
+    SessionStateNotKept, RenewSessionLockPretends, SessionLockShared, OversizedSessionStateIgnored, SessionlessAccepted,
+    SendToMissingDropped, LongIdsTruncated,
+]
+
+for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:
     register(_mutant.name, lambda _cls=_mutant, **options: _cls())
 
 
