@@ -271,3 +271,24 @@ def test_the_model_is_handed_one_spelling_of_each_path(srv: InProcess) -> None:
                           2000 + 2 * i).properties["statusCode"] == 200
     assert handed <= {"open", "open/$DeadLetterQueue"}, sorted(handed)[:10]
     assert srv.held("open") == 20
+
+
+# ------------------------------------------------------------ the broker's annotations
+def test_every_delivery_carries_the_enqueue_sequence_number(srv: InProcess) -> None:
+    """Service Bus writes ``x-opt-enqueue-sequence-number`` on the messages it delivers: "Messages
+    sent w/o a single custom header arrive with one custom header x-opt-enqueue-sequence-number with
+    a numeric value" (https://github.com/Azure/azure-service-bus-dotnet/issues/484); .NET reads it as
+    EnqueuedSequenceNumber, "the original sequence number of the message" (for one not auto-forwarded,
+    its sequence number: our reading). serve stripped a sender's and wrote none: the SDKs read None/0.
+    A sender's own value is replaced, never doubled."""
+    from test_serve_adversary2 import receive_all
+
+    c = authorized_sender(srv.port, "open")
+    m = Message(body=b"x", id="enq")
+    m.annotations = {symbol("x-opt-enqueue-sequence-number"): 999}
+    c.send(c.transfer(5, m.encode()))
+    assert outcome(c, 1) == (ACCEPTED, None)
+    r, (got,) = receive_all(srv.port, "open", credit=1)
+    ann = got.annotations
+    assert ann[symbol("x-opt-enqueue-sequence-number")] == ann[symbol("x-opt-sequence-number")] >= 1
+    assert type(ann[symbol("x-opt-enqueue-sequence-number")]) is int  # a long, as the sequence number

@@ -11,7 +11,7 @@ annotations, the sender's message annotations, the properties list, the applicat
 properties, the body sections (data, amqp-sequence, amqp-value, or none at all) and the
 footer. ``encode(delivery)`` writes the message back out from those bytes, adding what
 the broker owns as Service Bus does: the header's delivery count and time to live, the
-annotations ``x-opt-sequence-number``, ``x-opt-enqueued-time``, ``x-opt-locked-until``,
+annotations ``x-opt-sequence-number`` (and ``x-opt-enqueue-sequence-number``), ``x-opt-enqueued-time``, ``x-opt-locked-until``,
 ``x-opt-message-state``, ``x-opt-scheduled-enqueue-time``, ``x-opt-deadletter-source``,
 ``x-opt-partition-id``, the dead-letter application properties, and a MessageId when the
 sender set none. ``sbspec/wire.md`` gives the source of each of these facts.
@@ -355,6 +355,7 @@ _HEADERS_KEPT = 4096
 _SEQUENCE_NUMBER_KEY, _ENQUEUED_TIME_KEY, _LOCKED_UNTIL_KEY, _MESSAGE_STATE_KEY, _SCHEDULED_KEY, _DEADLETTER_SOURCE_KEY, _PARTITION_ID_KEY = (
     v.symbol(key) for key in (X_SEQUENCE_NUMBER, X_ENQUEUED_TIME, X_LOCKED_UNTIL, X_MESSAGE_STATE, X_SCHEDULED,
                               X_DEADLETTER_SOURCE, X_PARTITION_ID))
+_ENQUEUE_SEQUENCE_NUMBER_KEY = v.symbol(X_ENQUEUE_SEQUENCE_NUMBER)
 _TIMESTAMP, _LONG, _SMALL = struct.Struct(">Bq").pack, struct.Struct(">Bq").pack, struct.Struct(">Bb").pack
 #: the message-state annotation by the delivery's state (``MESSAGE_STATES``; Active, 0, for any other)
 _STATE_ENTRIES = {state: _MESSAGE_STATE_KEY + v.int32(number) for state, number in MESSAGE_STATES.items()}
@@ -375,7 +376,9 @@ def encode(d: Any, epoch_ms: int, lock_token: bool = True) -> bytes:
         out.append(env.delivery_annotations)
     entries = [raw for _key, raw in env.annotations]
     sequence_number = d.sequence_number  # (a long as v.long writes it, a timestamp as v.timestamp)
-    entries.append(_SEQUENCE_NUMBER_KEY + (_SMALL(0x55, sequence_number) if -128 <= sequence_number < 128 else _LONG(0x81, sequence_number)))
+    number = _SMALL(0x55, sequence_number) if -128 <= sequence_number < 128 else _LONG(0x81, sequence_number)
+    entries.append(_SEQUENCE_NUMBER_KEY + number)
+    entries.append(_ENQUEUE_SEQUENCE_NUMBER_KEY + number)  # EnqueuedSequenceNumber: the same here (sbspec/wire.md 2)
     entries.append(_ENQUEUED_TIME_KEY + _TIMESTAMP(0x83, epoch_ms + enqueued))
     if lock_token and (locked_until := d.locked_until) is not None:
         entries.append(_LOCKED_UNTIL_KEY + _TIMESTAMP(0x83, epoch_ms + locked_until))
