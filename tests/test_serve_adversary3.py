@@ -292,3 +292,28 @@ def test_every_delivery_carries_the_enqueue_sequence_number(srv: InProcess) -> N
     ann = got.annotations
     assert ann[symbol("x-opt-enqueue-sequence-number")] == ann[symbol("x-opt-sequence-number")] >= 1
     assert type(ann[symbol("x-opt-enqueue-sequence-number")]) is int  # a long, as the sequence number
+
+
+NULL_REFUSED = ["x-opt-scheduled-enqueue-time", "x-opt-message-state", "x-opt-enqueue-sequence-number"]
+NULL_IGNORED = ["x-opt-locked-until", "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-partition-key"]
+GO_LIVE_TEST = "https://github.com/Azure/azure-sdk-for-go/blob/main/sdk/messaging/azservicebus/receiver_test.go"
+
+
+@pytest.mark.parametrize("key", NULL_REFUSED + NULL_IGNORED)
+def test_a_null_broker_annotation_from_a_sender_is_taken_as_service_bus_takes_it(srv: InProcess, key: str) -> None:
+    """The Go SDK's live test TestNilPartitionKey (GO_LIVE_TEST) against Service Bus: a sender's
+    null x-opt-scheduled-enqueue-time, x-opt-message-state or x-opt-enqueue-sequence-number
+    "results in the service rejecting the message"; a null x-opt-locked-until, x-opt-sequence-number
+    or x-opt-enqueued-time is "accepted but ignored" (the broker fills them), a null
+    x-opt-partition-key accepted and passed on. serve accepted all of them."""
+    c = authorized_sender(srv.port, "open")
+    m = Message(body=b"x", id=f"null-{key}")
+    m.annotations = {symbol(key): None}
+    c.send(c.transfer(5, m.encode()))
+    state, condition = outcome(c, 1)
+    if key in NULL_REFUSED:
+        assert (state, condition) == (REJECTED, "com.microsoft:argument-error")
+        assert srv.held("open") == 0
+    else:
+        assert (state, condition) == (ACCEPTED, None)
+        assert srv.held("open") == 1

@@ -69,6 +69,9 @@ BROKER_ANNOTATIONS = frozenset({
     X_SEQUENCE_NUMBER, X_ENQUEUED_TIME, X_LOCKED_UNTIL, X_LOCK_TOKEN, X_MESSAGE_STATE,
     X_SCHEDULED, X_DEADLETTER_SOURCE, X_PARTITION_ID, X_ENQUEUE_SEQUENCE_NUMBER,
 })
+#: annotations a sender may not set to null: "results in the service rejecting the message" (the Go SDK's live
+#: TestNilPartitionKey, https://github.com/Azure/azure-sdk-for-go/blob/main/sdk/messaging/azservicebus/receiver_test.go)
+NULL_REFUSED = frozenset({X_SCHEDULED, X_MESSAGE_STATE, X_ENQUEUE_SEQUENCE_NUMBER})
 #: a management update-disposition's disposition-status -> the settlement (the trace's operation
 #: name, sbreference.operations.SETTLEMENTS); "defered" is how the SDKs spell it on the wire
 #: (azure/servicebus/_common/constants.py, MGMT_REQUEST_DISPOSITION_STATUS)
@@ -211,6 +214,8 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
         elif code == MESSAGE_ANNOTATIONS:
             for key, raw in _entries(data, at):
                 name = str(key)
+                if name in NULL_REFUSED and raw[skip(raw, 0)] == 0x40:  # sbspec/wire.md 1: Service Bus rejects these
+                    raise WireError(f"message annotation {name} is null")
                 if name == X_PARTITION_KEY:
                     partition_key = read(raw, skip(raw, 0))[0]
                 elif name == X_SCHEDULED:
