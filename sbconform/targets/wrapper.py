@@ -50,8 +50,8 @@ class TargetWrapper(Target):
     def close(self) -> None:
         self.inner.close()
 
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
+    def describe(self) -> dict[str, Any]:  # named as certified: a mutant is not 'reference'
+        return {**self.inner.describe(), "name": self.name}
 
     # ------------------------------------------------------------- management
     def create_queue(self, name: str, **properties: Any) -> str:
