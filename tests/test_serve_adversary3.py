@@ -317,3 +317,34 @@ def test_a_null_broker_annotation_from_a_sender_is_taken_as_service_bus_takes_it
     else:
         assert (state, condition) == (ACCEPTED, None)
         assert srv.held("open") == 1
+
+
+def attach_with_properties(name: str, handle: int, address: str, sending: bool, properties: dict) -> bytes:
+    """An ATTACH carrying ``properties`` (AMQP 1.0 part 2, 2.7.3, field 13); a receiver's asks for
+    the next available session (a com.microsoft:session-filter of null)."""
+    from proton import ubyte
+
+    from serve_support import SOURCE, TARGET
+
+    source = Described(ulong(SOURCE), [None] if sending else
+                       [address, uint(0), None, uint(0), False, None, None, {symbol("com.microsoft:session-filter"): None}])
+    target = Described(ulong(TARGET), [address if sending else None])
+    return frame(performative(0x12, name, uint(handle), not sending, ubyte(0), ubyte(0), source, target,
+                              None, None, None, None, None, None, properties))
+
+
+@pytest.mark.parametrize("sending", [True, False], ids=["sender", "session-receiver"])
+def test_attach_properties_that_are_not_utf8_refuse_the_link_and_keep_the_connection(srv: InProcess, sending: bool) -> None:
+    """An ATTACH whose properties hold a string that is not UTF-8 (AMQP 1.0 part 1, 1.6.20): reading
+    them (the send-via destination, a session receiver's timeout) raised UnicodeDecodeError inside
+    the ATTACH and closed the connection with amqp:internal-error. The link is refused
+    (com.microsoft:argument-error), the connection goes on."""
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    props = {symbol("com.microsoft:transfer-destination-address" if sending else "x-any"): "BADX"}
+    c.send(attach_with_properties("odd", 5, "open", sending, props).replace(b"\xa1\x04BADX", b"\xa1\x04B\xff\xfeX"))
+    c.read(3, until=lambda f: f.of(DETACH) or f.of(CLOSE))
+    assert [condition_of(p[2]) for p in c.frames.of(CLOSE)] == []
+    assert [condition_of(p[2]) for p in c.frames.of(DETACH)] == ["com.microsoft:argument-error"]
+    assert c.put_token("open", 10) == 200, "the connection no longer answers"

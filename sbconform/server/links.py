@@ -47,6 +47,12 @@ class Links:
         except UnicodeDecodeError:
             self._refuse(state, link, ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, "The link's address is not valid UTF-8: it names no entity."))
             return
+        try:  # (the send-via destination, a session receiver's timeout: read below, and for every transfer)
+            coordinator.remote_properties(link)
+        except UnicodeDecodeError:
+            self._refuse(state, link, ServiceBusError(
+                ErrorCode.ARGUMENT_ERROR, "The ATTACH's properties hold a string that is not valid UTF-8.", transient=False))
+            return
         if link.is_receiver:  # the client sends: to an entity, $cbs, or a management node
             address = v.entity_path(remote_target.address)
             if v.is_node(address):
