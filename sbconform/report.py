@@ -162,7 +162,9 @@ def build_report(
         }
         failed = [t for t in relevant if t["outcome"] in ("fail", "xpass")]
         passed = [t for t in relevant if t["outcome"] == "pass"]
-        if not tests and covered is not None and cid in covered:
+        if not tests and incomplete:  # the run stopped before any test of it reported: not known to be uncovered
+            entry["status"], entry["reason"] = "skip", f"not graded: no test of it finished ({incomplete})"
+        elif not tests and covered is not None and cid in covered:
             entry["status"], entry["reason"] = "skip", "not run: none of its tests was among the tests this run was narrowed to"
         elif not tests:
             entry["status"], entry["reason"] = "uncovered", "no scenario or test names this clause"

@@ -43,3 +43,113 @@ def test_every_report_names_the_target_certified_not_the_one_it_wraps(mutant_run
     assert f"<title>sbconform report: {MUTANT}</title>" in mutant_run["html"]
     assert mutant_run["xml"].get("name") == f"sbconform {MUTANT}"
     assert "reference" not in mutant_run["md"].splitlines()[0]
+
+
+def test_a_report_says_which_kit_and_catalog_made_it_and_how_it_was_run(mutant_run) -> None:
+    """Nothing said which sbconform, which catalog, which options or selection made a report."""
+    import sbconform
+    from sbconform.report import catalog_version
+    from sbspec import load_catalog
+
+    version = catalog_version(load_catalog())
+    assert re.fullmatch(r"[0-9a-f]{12}", version)
+    report = mutant_run["json"]
+    assert report["kit"] == {"sbconform": sbconform.__version__, "catalog": version,
+                             "clauses": len(load_catalog().clauses)}
+    assert report["run"]["clauses"] == list(CLAUSES) and report["run"]["jobs"] == 1
+    assert report["run"]["expectations"] is None and report["run"]["options"] == []
+    for text in (mutant_run["md"], mutant_run["html"]):
+        assert f"sbconform {sbconform.__version__}" in text and f"catalog {version}" in text
+        assert report["finished"] in text
+        assert "--clause SETTLE-COMP-001 --clause SETTLE-COMP-002" in text
+
+
+def test_run_info_keeps_the_endpoint_and_masks_every_key() -> None:
+    from sbconform.certify_outputs import run_info
+    from sbconform.report import build_report, render_markdown
+    from sbconform.html_report import render_html
+    from sbspec import load_catalog
+
+    info = run_info(["serve=false", "secondary=Endpoint=sb://two.example/;SharedAccessKeyName=k;SharedAccessKey=K2SECRET"],
+                    "Endpoint=sb://one.example/;SharedAccessKeyName=root;SharedAccessKey=K1SECRET", None,
+                    ["--clause", "settlement"], 2, None, ["-k", "x"])
+    assert info["endpoint"] == "sb://one.example/"
+    assert "secondary=Endpoint=sb://two.example/;SharedAccessKeyName=k;SharedAccessKey=***" in info["options"]
+    catalog = load_catalog()
+    report = build_report({"target": {"name": "sdk"}, "tests": []}, catalog, run=info)
+    for text in (json.dumps(report), render_markdown(report, catalog), render_html([report], catalog, ["sdk"])):
+        assert "sb://one.example/" in text and "SECRET" not in text
+
+
+def test_each_clause_carries_its_level_quote_and_source(mutant_run) -> None:
+    """A reader of a failure saw the kit's statement, never what the documentation says nor where."""
+    from sbspec import load_catalog
+
+    clause = load_catalog().clauses[CLAUSES[0]]
+    entry = mutant_run["json"]["clauses"][CLAUSES[0]]
+    assert entry["level"] == "MUST"
+    assert entry["sources"] == [{"source": s.describe(), "quote": s.quote, **({"url": s.url} if s.url else {})}
+                                for s in clause.sources]
+    quote = clause.sources[0].quote
+    import html as H
+
+    assert quote and quote.split("\n")[0][:60] in mutant_run["md"]
+    assert H.escape(quote.split("\n")[0][:60]) in mutant_run["html"]
+    assert clause.sources[0].describe() in mutant_run["md"]
+
+
+def test_graded_outcomes_agree_between_console_json_html_and_junit(mutant_run) -> None:
+    s = mutant_run["json"]["summary"]
+    line = next(x for x in mutant_run["stdout"].splitlines() if x.startswith(f"sbconform: {MUTANT}:"))
+    assert f"{s['pass']} pass, {s['fail']} fail ({s['strict_fail']} MUST" in line and s["verdict"] in line
+    assert f"{s['skip']} skip ({s['not_selected']} not selected)" in line
+    assert s["not_selected"] == s["total"] - len(CLAUSES)
+    assert f"{s['skip']} skip ({s['not_selected']} not selected)" in mutant_run["md"]
+    assert f"{s['skip']} skip ({s['not_selected']} not selected)" in mutant_run["html"]
+    assert int(mutant_run["xml"].get("failures")) == s["strict_fail"] > 0
+    for cid in CLAUSES:
+        status = mutant_run["json"]["clauses"][cid]["status"]
+        row = re.search(rf'<tr class="clause" id="{cid}".*?</tr>', mutant_run["html"], re.S)[0]
+        assert f'data-status="{status}"' in row
+        assert f"| {cid} | MUST | {status}" in mutant_run["md"]
+
+
+def test_an_interrupted_run_does_not_call_the_clauses_it_never_reached_uncovered() -> None:
+    from sbconform.report import build_report
+    from sbspec import load_catalog
+
+    report = build_report({"target": {"name": "reference"}, "tests": []}, load_catalog(),
+                          incomplete="interrupted by SIGINT")
+    entry = report["clauses"]["SETTLE-COMP-001"]
+    assert entry["status"] == "skip" and "interrupted by SIGINT" in entry["reason"], entry
+    assert report["summary"]["uncovered"] == 0
+
+
+def _write(path: Path, report: dict) -> str:
+    path.write_text(json.dumps(report), encoding="utf-8")
+    return str(path)
+
+
+def test_compare_refuses_reports_of_different_catalogs(mutant_run, tmp_path, capsys) -> None:
+    from sbconform.cli import main
+
+    other = json.loads(json.dumps(mutant_run["json"]))
+    other["kit"]["catalog"] = "0123456789ab"
+    argv = ["compare", str(mutant_run["dir"]), _write(tmp_path / "other.json", other)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "0123456789ab" in err[0] and "catalog" in err[0] and "other.json" in err[0], err
+    assert main(["compare", str(mutant_run["dir"]), str(mutant_run["dir"] / "report.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"catalog {mutant_run['json']['kit']['catalog']}" in out
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff garbage", b"[1, 2]", b'{"target": {}, "clauses": {}}'])
+def test_compare_refuses_garbage_in_one_line(tmp_path, capsys, content) -> None:
+    from sbconform.cli import main
+
+    path = tmp_path / "report.json"
+    path.write_bytes(content)
+    assert main(["compare", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "Traceback" not in err[0], err
