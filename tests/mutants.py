@@ -568,6 +568,395 @@ class LongIdsTruncated(Mutant):
                                              partition_key=cut(m.partition_key)) for m in messages], batch)
 
 
+
+# ------------------------------------------------------------ subtler settlement mutants
+class LockedMessageExpires(Mutant):
+    """A locked message expires under its lock: completing it past its expiry fails (SETTLE-TTL-004)."""
+
+    name = "mutant-locked-message-expires"
+
+    def complete(self, receiver, message):
+        if message.expires_at is not None and self.now() >= message.expires_at:
+            self.namespace.abandon(receiver.private, receiver.path, self._token(message))
+            raise ServiceBusError(ErrorCode.MESSAGE_LOCK_LOST, "The lock supplied is invalid: the message expired.")
+        super().complete(receiver, message)
+
+
+class DeadLettersExpire(Mutant):
+    """Applies time to live in the dead-letter subqueue: expired dead letters are dropped (SETTLE-DLQ-003)."""
+
+    name = "mutant-dead-letters-expire"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        got = super().receive(receiver, max_count, max_wait)
+        if not receiver.path.endswith("/$DeadLetterQueue"):
+            return got
+        expired = [m for m in got if m.expires_at is not None and self.now() >= m.expires_at]
+        for m in expired:
+            if m.lock_token is not None:
+                super().complete(receiver, m)
+        return [m for m in got if m not in expired]
+
+
+class PeekTakesADelivery(Mutant):
+    """Peek locks and releases what it shows, counting a delivery (SETTLE-PEEK-001)."""
+
+    name = "mutant-peek-takes-a-delivery"
+
+    def peek(self, receiver, max_count=1, from_sequence_number=1):
+        if receiver.session_id is None and receiver.path.count("/$") == 0 and self.describe_entity(receiver.path).get("requires_session") is False:
+            taker = super().receiver(receiver.path)
+            for m in super().receive(taker, max_count, 0):
+                super().abandon(taker, m)
+            super().close_handle(taker)
+        return super().peek(receiver, max_count, from_sequence_number)
+
+
+class RedeliveryGetsNewId(Mutant):
+    """Gives a redelivered message a new message id (SETTLE-DUP-001)."""
+
+    name = "mutant-redelivery-new-id"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        return [m if (m.delivery_count or 1) <= 1 or m.message_id is None else replace(m, message_id=f"{m.message_id}#{m.delivery_count}")
+                for m in super().receive(receiver, max_count, max_wait)]
+
+
+class ClosedSessionStaysLocked(Mutant):
+    """Closing a session receiver keeps its session locked until the lock expires (SETTLE-SESS-007)."""
+
+    name = "mutant-closed-session-stays-locked"
+
+    def close_handle(self, handle):
+        if handle.session_id is None:
+            super().close_handle(handle)
+
+
+class ReceiveDisabledIgnored(EntityMutant):
+    """Takes ReceiveDisabled for Active: a suspended entity still hands out messages (SETTLE-STATUS-002)."""
+
+    name = "mutant-receive-disabled-ignored"
+
+    def _broken(self, properties):
+        if properties.get("status") == "ReceiveDisabled":
+            properties["status"] = "Active"
+        return properties
+
+
+class OversizedBodyTruncated(Mutant):
+    """Cuts a message body over 256 KB down instead of refusing the message (SETTLE-SEND-006)."""
+
+    name = "mutant-oversized-body-truncated"
+
+    def send(self, sender, messages, batch=False):
+        return super().send(sender, [replace(m, body=m.body[: 200 * 1024]) if len(m.body) > 256 * 1024 else m for m in messages], batch)
+
+
+class RejectionsWithoutDetails(Mutant):
+    """Rejects sends with an error that carries neither a tracking id nor whether to retry (SETTLE-SEND-002)."""
+
+    name = "mutant-rejections-without-details"
+
+    def send(self, sender, messages, batch=False):
+        try:
+            return super().send(sender, messages, batch)
+        except ServiceBusError as error:
+            bare = ServiceBusError(error.code, str(error.args[0]) if error.args else "")
+            bare.tracking_id = None
+            bare.transient = None
+            raise bare from None
+
+
+# ----------------------------------------------------------------------- partitioning
+class SessionKeyMismatchAccepted(Mutant):
+    """Accepts a message whose PartitionKey differs from its SessionId, keying it by the session (PART-KEY-003)."""
+
+    name = "mutant-session-key-mismatch-accepted"
+
+    def send(self, sender, messages, batch=False):
+        return super().send(sender, [replace(m, partition_key=m.session_id) if m.session_id and m.partition_key else m for m in messages], batch)
+
+
+class UnkeyedToOnePartition(Mutant):
+    """Stores every unkeyed message in one partition instead of spreading them round-robin (PART-NOKEY-001)."""
+
+    name = "mutant-unkeyed-to-one-partition"
+
+    def send(self, sender, messages, batch=False):
+        if not self.describe_entity(sender.path).get("enable_partitioning"):
+            return super().send(sender, messages, batch)
+        return super().send(sender, [m if m.session_id or m.partition_key else replace(m, partition_key="one") for m in messages], batch)
+
+
+class KeyedSendRedirected(Mutant):
+    """Sends a keyed message whose partition is down to another partition (PART-KEY-008)."""
+
+    name = "mutant-keyed-send-redirected"
+
+    def send(self, sender, messages, batch=False):
+        try:
+            return super().send(sender, messages, batch)
+        except ServiceBusError:
+            if not any(m.partition_key for m in messages):
+                raise
+            return super().send(sender, [replace(m, partition_key=None) for m in messages], batch)
+
+
+class DuplicateByIdOnly(Mutant):
+    """Judges duplicates on MessageId alone on a partitioned entity, dropping a repeated id with another PartitionKey (PART-DUP-001)."""
+
+    name = "mutant-duplicate-by-id-only"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set = set()
+
+    def send(self, sender, messages, batch=False):
+        d = self.describe_entity(sender.path)
+        if not (d.get("enable_partitioning") and d.get("requires_duplicate_detection")):
+            return super().send(sender, messages, batch)
+        out = []
+        for m in messages:
+            key = (sender.path, m.message_id)
+            out.extend([None] if key in self.seen else super().send(sender, [m], batch))
+            self.seen.add(key)
+        return out
+
+
+class PartitioningChangeIgnored(Mutant):
+    """Answers an update that changes partitioning with success, leaving partitioning as it was (PART-CREATE-002)."""
+
+    name = "mutant-partitioning-change-ignored"
+
+    def update_entity(self, path, **properties):
+        properties.pop("enable_partitioning", None)
+        super().update_entity(path, **properties)
+
+
+# ------------------------------------------------------------------------- rules
+class FilterMutant(Mutant):
+    """Adds rules with their filters rebuilt by ``_filter`` (and their actions as given)."""
+
+    def _filter(self, f):
+        return f
+
+    def add_rule(self, subscription_path, rule):
+        from sbreference import Rule
+
+        super().add_rule(subscription_path, Rule(rule.name, self._filter(rule.filter), rule.action))
+
+
+def _sql_mutant(filter_, evaluator):
+    """``filter_`` (a SqlFilter) evaluated by ``evaluator`` (an Evaluator subclass)."""
+    from sbreference import SqlFilter
+
+    class Broken(SqlFilter):
+        def matches(self, props):
+            return evaluator(props).matches(self.parsed)
+
+    if not isinstance(filter_, SqlFilter):
+        return filter_
+    checked = filter_.checked()
+    return Broken(checked.expression, checked.parameters)
+
+
+class SqlIsNullOnlyWhenMissing(FilterMutant):
+    """IS NULL is true only for a missing property, not for one whose value is null (RULES-SQL-005)."""
+
+    name = "mutant-sql-is-null-only-missing"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import UNKNOWN, Evaluator
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "isnull":
+                    isnull = self.eval(node[1]) is UNKNOWN
+                    return (not isnull) if node[2] else isnull
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class SqlLikeMatchesPrefix(FilterMutant):
+    """LIKE matches the start of a string, not the whole string (RULES-SQL-008)."""
+
+    name = "mutant-sql-like-matches-prefix"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import Evaluator, like, not3
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "like":
+                    value, pattern = self.eval(node[1]), self.eval(node[2])
+                    escape = self.eval(node[3]) if node[3] is not None else None
+                    result = like(value, pattern + "%" if isinstance(pattern, str) else pattern, escape)
+                    return not3(result) if node[4] else result
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class SqlNotInUnknownTrue(FilterMutant):
+    """NOT IN with a missing left operand is TRUE instead of UNKNOWN (RULES-SQL-007)."""
+
+    name = "mutant-sql-not-in-unknown-true"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import UNKNOWN, Evaluator
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "in" and node[3] and self.eval(node[1]) is UNKNOWN:
+                    return True
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class SqlNamesCaseSensitive(FilterMutant):
+    """Looks user properties up by their exact name in SQL filters (RULES-SQL-012)."""
+
+    name = "mutant-sql-names-case-sensitive"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import UNKNOWN, Evaluator
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "prop" and node[1] != "sys":
+                    return self.props.user.get(node[2], UNKNOWN)
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class CorrelationIgnoresCase(FilterMutant):
+    """Compares correlation filter strings without regard to case (RULES-CORR-003)."""
+
+    name = "mutant-correlation-ignores-case"
+
+    def _filter(self, f):
+        from dataclasses import fields
+
+        from sbreference import CorrelationFilter
+
+        class Broken(CorrelationFilter):
+            def matches(self, props):
+                low = type(props)({k: v.lower() if isinstance(v, str) else v for k, v in props.system.items()},
+                                  {k: v.lower() if isinstance(v, str) else v for k, v in props.user.items()})
+                return super().matches(low)
+
+        if not isinstance(f, CorrelationFilter):
+            return f
+        values = {x.name: getattr(f, x.name) for x in fields(f)}
+        values = {k: v.lower() if isinstance(v, str) else v for k, v in values.items()}
+        values["properties"] = {k: v.lower() if isinstance(v, str) else v for k, v in f.properties.items()}
+        return Broken(**values)
+
+
+class CorrelationAnyProperty(FilterMutant):
+    """Selects a message when any one property a correlation filter names matches (OR, not AND) (RULES-CORR-002)."""
+
+    name = "mutant-correlation-any-property"
+
+    def _filter(self, f):
+        from dataclasses import fields
+
+        from sbreference import CorrelationFilter
+
+        class Broken(CorrelationFilter):
+            def matches(self, props):
+                named = [x.name for x in fields(self) if x.name != "properties" and getattr(self, x.name) is not None]
+                parts = [CorrelationFilter(**{n: getattr(self, n)}) for n in named]
+                parts += [CorrelationFilter(properties={k: v}) for k, v in self.properties.items()]
+                return any(p.matches(props) for p in parts)
+
+        if not isinstance(f, CorrelationFilter):
+            return f
+        return Broken(**{x.name: getattr(f, x.name) for x in fields(f)})
+
+
+class NoDefaultRule(Mutant):
+    """Creates subscriptions without the $Default rule: a new subscription receives nothing (RULES-RULE-001)."""
+
+    name = "mutant-no-default-rule"
+
+    def create_subscription(self, topic_path, name, **properties):
+        path = super().create_subscription(topic_path, name, **properties)
+        if any(r.name == "$Default" for r in super().list_rules(path)):
+            super().remove_rule(path, "$Default")
+        return path
+
+
+# ------------------------------------------------------------------- transactions
+def _transactional(base_client, overrides: dict):
+    """A transactional client of the reference with ``overrides`` (method name -> function)."""
+    broken = type("Broken" + type(base_client).__name__, (type(base_client),), overrides)
+    client = broken.__new__(broken)
+    client.__dict__.update(vars(base_client))
+    return client
+
+
+class RollbackCommits(Mutant):
+    """Commits a transaction discharged with fail=true (TXN-ROLLBACK-001)."""
+
+    name = "mutant-rollback-commits"
+
+    def transaction_client(self):
+        base = type(super().transaction_client())
+        return _transactional(super().transaction_client(), {"discharge": lambda c, txn, commit: base.discharge(c, txn, True)})
+
+
+class TransactionalSendsAtOnce(Mutant):
+    """Enqueues messages sent in a transaction at once, not at the commit (TXN-VIS-001)."""
+
+    name = "mutant-transactional-sends-at-once"
+
+    def transaction_client(self):
+        base = type(super().transaction_client())
+
+        def send(c, txn, path, messages, via=None):
+            if via is not None:
+                return base.send(c, txn, path, messages, via)
+            c.namespace.send(c.conn, path, list(messages))
+
+        return _transactional(super().transaction_client(), {"send": send})
+
+
+class TransactionalSettlesAtOnce(Mutant):
+    """Applies a settlement made in a transaction at once, not with its outcome (TXN-VIS-002)."""
+
+    name = "mutant-transactional-settles-at-once"
+
+    def transaction_client(self):
+        from sbreference.operations import settle as settle_now
+
+        def settle(c, txn, path, message, outcome, reason=None, description=None):
+            settle_now(c.namespace, outcome, c.conn, path, message.lock_token, reason=reason, description=description)
+
+        return _transactional(super().transaction_client(), {"settle": settle})
+
+
+class UnknownTransactionIgnored(Mutant):
+    """Answers a discharge of a transaction it does not know with success (TXN-ERR-001)."""
+
+    name = "mutant-unknown-transaction-ignored"
+
+    def transaction_client(self):
+        base = type(super().transaction_client())
+
+        def discharge(c, txn, commit):
+            try:
+                base.discharge(c, txn, commit)
+            except ServiceBusError as error:
+                if error.code is not ErrorCode.TRANSACTION_UNKNOWN:
+                    raise
+
+        return _transactional(super().transaction_client(), {"discharge": discharge})
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
 #: Mutants of paired-namespace behaviour: the settlement differential machine does not
@@ -627,6 +1016,11 @@ NEW_MUTANTS = [
     PeekIgnoresStart, PeekShowsOnlyActive, MessageTimeToLiveIgnored, ScheduleSendsNow, CancelIgnored,
     SessionStateNotKept, RenewSessionLockPretends, SessionLockShared, OversizedSessionStateIgnored, SessionlessAccepted,
     SendToMissingDropped, LongIdsTruncated,
+    LockedMessageExpires, DeadLettersExpire, PeekTakesADelivery, RedeliveryGetsNewId, ClosedSessionStaysLocked,
+    ReceiveDisabledIgnored, OversizedBodyTruncated, RejectionsWithoutDetails, SessionKeyMismatchAccepted,
+    UnkeyedToOnePartition, KeyedSendRedirected, DuplicateByIdOnly, PartitioningChangeIgnored, SqlIsNullOnlyWhenMissing,
+    SqlLikeMatchesPrefix, SqlNotInUnknownTrue, SqlNamesCaseSensitive, CorrelationIgnoresCase, CorrelationAnyProperty,
+    NoDefaultRule, RollbackCommits, TransactionalSendsAtOnce, TransactionalSettlesAtOnce, UnknownTransactionIgnored,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

@@ -92,6 +92,7 @@ Feature: SQL filters
     And message "train" with label "train" is sent to "t"
     And message "abc" with property "code" = "ABC" is sent to "t"
     And message "abbc" with property "code" = "ABBC" is sent to "t"
+    And message "abcd" with property "code" = "ABCD" is sent to "t"
     And message "literal" with property "pct" = "ABC%" is sent to "t"
     And message "prefix" with property "pct" = "ABCD" is sent to "t"
     And message "y-name" with property "name" = "yves" is sent to "t"

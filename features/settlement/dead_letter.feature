@@ -35,6 +35,8 @@ Feature: The dead-letter subqueue
     And receiver "A" dead-letters "m1" with reason "r" and description "d"
     And 30 seconds pass
     Then peeking "q/$DeadLetterQueue" shows "m1"
+    When receiver "D" on "q/$DeadLetterQueue" receives 1 message
+    Then receiver "D" got "m1"
 
   @SETTLE-DLQ-004
   Scenario: A dead-lettered message cannot be dead-lettered again
