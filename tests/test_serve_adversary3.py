@@ -16,6 +16,7 @@ from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, uint, u
 from sbconform.server import parse_config  # noqa: E402
 from serve_support import ATTACH, CLOSE, DETACH, DISPOSITION, TRANSFER, RawClient, attach, condition_of, encode_value, flow, frame, performative  # noqa: E402,F401
 from test_serve_adversary2 import locked_delivery, management, outcome  # noqa: E402
+from test_serve_security import served  # noqa: E402
 from test_serve_security import InProcess, authorized_sender, srv  # noqa: E402,F401 (srv: the fixture)
 
 ACCEPTED, REJECTED = 0x24, 0x25
@@ -348,3 +349,55 @@ def test_attach_properties_that_are_not_utf8_refuse_the_link_and_keep_the_connec
     assert [condition_of(p[2]) for p in c.frames.of(CLOSE)] == []
     assert [condition_of(p[2]) for p in c.frames.of(DETACH)] == ["com.microsoft:argument-error"]
     assert c.put_token("open", 10) == 200, "the connection no longer answers"
+
+
+NOT_UTF8_OUTCOMES = {
+    "rejected-description": (0x25, lambda: [Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "BADX", None])]),
+    "rejected-info": (0x25, lambda: [Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "dl", {symbol("DeadLetterReason"): "BADX"}])]),
+    "modified-annotations": (0x27, lambda: [True, False, {symbol("p"): "BADX"}]),
+    # transactional-state (AMQP 1.0 part 4, 4.5.5): its outcome, or its txn-id, holding such a string
+    "txn-rejected": (0x34, lambda: [b"\x00" * 7 + b"\x01", Described(ulong(0x25), [
+        Described(ulong(0x1D), [symbol("com.microsoft:dead-letter"), "BADX", None])])]),
+    "txn-modified": (0x34, lambda: [b"\x00" * 7 + b"\x01", Described(ulong(0x27), [True, False, {symbol("p"): "BADX"}])]),
+    "txn-id": (0x34, lambda: ["BADX", Described(ulong(0x24), [])]),
+}
+
+
+@pytest.mark.parametrize("kind", list(NOT_UTF8_OUTCOMES))
+def test_a_disposition_holding_a_string_that_is_not_utf8_is_refused_and_the_connection_goes_on(srv: InProcess, kind: str) -> None:
+    """A receiver's rejected outcome (its error's description or info) or modified outcome (its
+    message-annotations: the properties to modify) holding a string that is not UTF-8 raised
+    UnicodeDecodeError while the server read it and closed the connection with amqp:internal-error.
+    It is refused as the disposition's argument error (as an info that is no map is), and the
+    message stays where it was (not dead-lettered, not abandoned)."""
+    from serve_support import DISPOSITION
+
+    r, delivery_id = locked_delivery(srv, kind)
+    code, fields = NOT_UTF8_OUTCOMES[kind]
+    before = len(r.frames.of(DISPOSITION))
+    state = Described(ulong(code), fields())
+    r.send(frame(performative(DISPOSITION, True, uint(delivery_id), uint(delivery_id), False, state))
+           .replace(b"\xa1\x04BADX", b"\xa1\x04B\xff\xfeX"))
+    r.read(3, until=lambda f: len(f.of(DISPOSITION)) > before or f.of(CLOSE))
+    assert [condition_of(p[2]) for p in r.frames.of(CLOSE)] == []
+    answer = r.frames.of(DISPOSITION)[before][2].value[4]
+    assert int(answer.descriptor) == REJECTED
+    assert str(list(answer.value[0].value)[0]) == "com.microsoft:argument-error"
+    info = srv.on_loop(lambda: srv.server.namespace.runtime_info("open"))
+    assert info["dead_letter"] == 0 and info["active"] == 1
+    served(srv.port)
+
+
+def test_a_transfer_whose_transactional_state_is_not_utf8_is_refused_and_the_connection_goes_on(srv: InProcess) -> None:
+    """The same for a sent message's transactional-state: it closed the connection with amqp:internal-error."""
+    c = authorized_sender(srv.port, "open")
+    state = Described(ulong(0x34), ["BADX"])
+    payload = Message(body=b"x", id="txn-send").encode()
+    c.delivery_id += 1  # the session's next delivery id, as c.transfer takes it
+    # the transfer's state is field 7 (after message-format, settled, more, rcv-settle-mode)
+    body = performative(TRANSFER, uint(5), uint(c.delivery_id - 1), b"d-txn", uint(0), False, False, None, state)
+    c.send(frame(body.replace(b"\xa1\x04BADX", b"\xa1\x04B\xff\xfeX") + payload))
+    state_, _ = outcome(c, 1)
+    assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    assert state_ == REJECTED
+    assert srv.held("open") == 0

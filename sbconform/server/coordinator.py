@@ -74,7 +74,10 @@ def transactional(dlv: Delivery) -> tuple[int, Any] | None:
     """(txn number, outcome) if the peer's state on this delivery is transactional, else None."""
     if dlv.remote_state != TRANSACTIONAL_STATE:
         return None
-    data = list(dlv.remote.data or [])
+    try:
+        data = list(dlv.remote.data or [])
+    except UnicodeDecodeError:  # a string that is not UTF-8 in it (AMQP 1.0 part 1, 1.6.20): no transaction, no outcome
+        return (-1, None)
     if not data:
         return (-1, None)
     return txn_number(data[0]), (data[1] if len(data) > 1 else None)

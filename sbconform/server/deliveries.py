@@ -156,6 +156,9 @@ class Deliveries:
                 return  # not a terminal outcome yet
         except ServiceBusError as e:  # (properties to modify the broker could not write back too)
             error = e
+        except UnicodeDecodeError:  # AMQP 1.0 part 1, 1.6.20 (proton raises reading such a string)
+            error = ServiceBusError(ErrorCode.ARGUMENT_ERROR, "The disposition's outcome holds a string that is not valid UTF-8.",
+                                    transient=False)
         self._answer(r, tag, impl, reply, remote, error)
 
     def _answer(self, r: Receiving, tag: bytes, impl: Any, reply: Any, remote: Any, error: ServiceBusError | None) -> None:
