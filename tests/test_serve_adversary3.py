@@ -401,3 +401,19 @@ def test_a_transfer_whose_transactional_state_is_not_utf8_is_refused_and_the_con
     assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
     assert state_ == REJECTED
     assert srv.held("open") == 0
+
+
+def test_an_open_whose_hostname_is_not_utf8_gets_401_at_put_token_and_the_connection_goes_on(srv: InProcess) -> None:
+    """OPEN's hostname (the namespace a token's audience must name, test_serve_audience) not UTF-8:
+    reading it at put-token raised UnicodeDecodeError and closed the connection with
+    amqp:internal-error (the put-token never answered). It names no namespace: 401."""
+    from serve_support import BEGIN, OPEN, SASL_INIT, begin
+
+    c = RawClient(srv.port)
+    c.send(b"AMQP\x03\x01\x00\x00" + frame(performative(SASL_INIT, symbol("ANONYMOUS"), b"", "localhost"), kind=1)
+           + b"AMQP\x00\x01\x00\x00"
+           + frame(performative(OPEN, "raw-client", "BADX", uint(1024 * 1024))).replace(b"\xa1\x04BADX", b"\xa1\x04B\xff\xfeX")
+           + begin())
+    c.read(5, until=lambda f: f.of(BEGIN))
+    assert c.put_token("open") == 401
+    assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]

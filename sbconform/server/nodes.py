@@ -47,9 +47,12 @@ class Nodes:
                 host = None if url is None else url.hostname or ""
             except ValueError as error:  # ('sb://[abc/q': an IPv6 host never closed)
                 raise TokenError(f"the token's name is not a URL: {error}") from None
-            if not names_this_namespace(host, state.connection.remote_hostname):
-                raise TokenError(f"the token's audience names the namespace {host!r}, not this one "
-                                 f"({state.connection.remote_hostname or 'localhost'!r})")
+            try:
+                opened_to = state.connection.remote_hostname
+            except UnicodeDecodeError:  # (AMQP 1.0 part 1, 1.6.20: a string is UTF-8) it names no namespace
+                raise TokenError("the connection's OPEN names a hostname that is not valid UTF-8") from None
+            if not names_this_namespace(host, opened_to):
+                raise TokenError(f"the token's audience names the namespace {host!r}, not this one ({opened_to or 'localhost'!r})")
             path = (name if url is None else url.path).strip("/").lower()
             if len(path) > MAX_PATH:  # names no entity: never kept among the connection's audiences
                 raise TokenError(f"the token's name is {len(path)} characters long: no entity has such a path (at most {MAX_PATH})")
