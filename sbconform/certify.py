@@ -29,9 +29,9 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
-from .certify_outputs import lock_report_dir, output_problem, report_dir_locks
+from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info
 from .coverage import collection_paths, kit_root
-from .report import build_report, clause_patterns, load_expectations, selects, write_junit, write_report
+from .report import build_report, clause_patterns, load_expectations, selects, summary_line, write_junit, write_report
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
@@ -218,7 +218,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         from .coverage import check
 
         covered = {use.clause for use in check(root, catalog=catalog).uses}
-    report = build_report(raw, catalog, expected, covered, narrowed=bool(pytest_args), incomplete=incomplete)
+    report = build_report(raw, catalog, expected, covered, narrowed=bool(pytest_args), incomplete=incomplete,
+                          run=run_info(options, connection_string, expectations, clauses, jobs, shard_timeout, pytest_args))
     try:  # checked before the run; this is the disk filling or the permissions changing since
         written = list(write_report(report, catalog, report_dir, secrets=secrets))
         if junit_xml:
@@ -234,12 +235,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
         for area, counts in s["by_area"].items():
             print(f"  {area}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered")),
                   file=out)
-    client = f" ({s['client_pass']} of them the kit's client over the target)" if s.get("client_pass") else ""
-    print(f"sbconform: {target}: {s['pass']} pass{client}, {s['fail']} fail ({s['strict_fail']} MUST, {s['non_strict_fail']} "
-          f"SHOULD/MAY, {s['informational_fail']} INFO, {s['expected_fail']} expected), {s['skip']} skip, "
-          + (f"{s['unexpected_pass']} unexpected pass (expectations out of date), " if s["unexpected_pass"] else "") +
-          f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}\n"
-          + "\n".join(f"  {p}" for p in written), file=out, flush=True)
+    print(summary_line(report["target"].get("name", target), s) + "\n" + "\n".join(f"  {p}" for p in written),
+          file=out, flush=True)
     if interrupted:
         print(f"sbconform certify: {incomplete}: the children were stopped; partial report marked incomplete",
               file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 #: the files certify writes in the report directory (``results.N.json`` per test process too)
 REPORT_FILES = ("report.json", "report.md", "run.log", "results.json", "collected.json")
@@ -33,6 +33,25 @@ def output_problem(report_dir: Path, junit_xml: Path | str | None, html: Path | 
     if trace_dir is not None and Path(trace_dir).exists() and not Path(trace_dir).is_dir():
         return f"--trace {trace_dir}: is a file; name a directory (one JSON Lines trace per test goes in it)"
     return None
+
+
+def run_info(options: Sequence[str], connection_string: str | None, expectations: Path | str | None,
+             clauses: Sequence[str], jobs: int, shard_timeout: float | None, pytest_args: Sequence[str]) -> dict[str, Any]:
+    """How a certification was run, for its report: what decides what was graded (not where the
+    files went), every key and signature masked; of the connection string only its endpoint."""
+    import re
+    import shlex
+
+    from .secrets import mask
+
+    found = re.search(r"(?i)(?:^|;)\s*Endpoint\s*=\s*([^;]*)", connection_string or "")
+    args = [*(a for c in clauses for a in ("--clause", c)), *(a for o in options for a in ("--option", o)),
+            *(["--expectations", str(expectations)] if expectations else []), "--jobs", str(jobs),
+            *(["--shard-timeout", f"{shard_timeout:g}"] if shard_timeout else []), *(["--", *pytest_args] if pytest_args else [])]
+    return {"endpoint": found[1].strip() if found else None, "options": [mask(o) for o in options],
+            "clauses": list(clauses), "expectations": str(expectations) if expectations else None, "jobs": jobs,
+            "shard_timeout": shard_timeout, "test_args": [mask(a) for a in pytest_args],
+            "arguments": mask(shlex.join(args))}
 
 
 _unscoped: list = []

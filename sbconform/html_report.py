@@ -122,8 +122,17 @@ def _cell(entry: dict[str, Any] | None) -> str:
     return f'<td class="{" ".join(classes)}" data-status="{status}">{body}</td>'
 
 
+def _statement(clause: Any) -> str:
+    """The kit's statement, then what the documentation says and where (the catalog's sources)."""
+    from .report import sources_of
+
+    quotes = "".join(f"<blockquote>{html.escape(s['quote'])} <cite>{html.escape(s['source'])}</cite></blockquote>"
+                     for s in sources_of(clause))
+    return html.escape(clause.text) + (f"<details><summary>source</summary>{quotes}</details>" if quotes else "")
+
+
 def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[str], only_differences: bool = False) -> str:
-    from .report import status_cells
+    from .report import provenance, skips, status_cells
 
     areas = list(catalog.areas) or sorted({c.area for c in catalog.clauses.values()})
     levels = ["MUST", "SHOULD", "MAY", "INFO"]
@@ -138,15 +147,16 @@ def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[st
             f'<tr class="clause" id="{html.escape(cid)}" data-area="{html.escape(clause.area)}" '
             f'data-level="{html.escape(clause.level)}" data-statuses="{statuses}">'
             f"<td><a href=\"#{html.escape(cid)}\">{html.escape(cid)}</a></td><td>{html.escape(clause.area)}</td>"
-            f"<td>{html.escape(clause.level)}</td><td>{html.escape(clause.text)}</td>"
+            f"<td>{html.escape(clause.level)}</td><td>{_statement(clause)}</td>"
             + "".join(_cell(e) for e in entries) + "</tr>")
     summaries = "".join(
         f"<li><b>{html.escape(label)}</b>: {html.escape(str(r['summary'].get('verdict', '')))} — "
-        + ", ".join(f"{r['summary'].get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered"))
+        + f"{r['summary'].get('pass', 0)} pass, {r['summary'].get('fail', 0)} fail, "
+        + (skips(r['summary']) if 'skip' in r['summary'] else '0 skip') + f", {r['summary'].get('uncovered', 0)} uncovered"
         + (f" ({r['summary']['client_pass']} of the passes the kit's own client over the target)"
            if r['summary'].get('client_pass') else "")
         + f"; failures: {r['summary'].get('strict_fail', 0)} MUST, {r['summary'].get('non_strict_fail', 0)} SHOULD/MAY, "
-        f"{r['summary'].get('informational_fail', 0)} INFO</li>"
+        f"{r['summary'].get('informational_fail', 0)} INFO<br><small>{html.escape(provenance(r))}</small></li>"
         for label, r in zip(labels, reports))
     data = html.escape(json.dumps([r["summary"] for r in reports]))
     return f"""<!DOCTYPE html>

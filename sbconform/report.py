@@ -42,6 +42,7 @@ worked on the model, so the difference is the target's).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import tomllib
 from collections import Counter
@@ -66,6 +67,19 @@ CLIENT_PASS = ("the kit's client (sbconform.paired) passed over this target: evi
 def subject_of(clause: Any) -> str:
     """``client`` for a clause about a client library's behaviour (tag ``client``), else ``broker``."""
     return "client" if "client" in clause.tags else "broker"
+
+
+def catalog_version(catalog: Catalog) -> str:
+    """The catalog's fingerprint (12 hex digits of a SHA-256 of every clause's id, area, level,
+    statement and sources): two reports grade the same clauses only if theirs agree."""
+    text = json.dumps([[c.id, c.area, c.level, c.text, [[s.describe(), s.quote] for s in c.sources]]
+                       for c in sorted(catalog.clauses.values(), key=lambda c: c.id)])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def sources_of(clause: Any) -> list[dict[str, str]]:
+    """Where a clause comes from: each source's seed and section (or page) and its verbatim quote."""
+    return [{"source": s.describe(), "quote": s.quote, **({"url": s.url} if s.url else {})} for s in clause.sources]
 
 
 def clause_patterns(args: list[str]) -> list[str]:
@@ -125,8 +139,9 @@ def build_report(
     covered: set[str] | None = None,
     narrowed: bool = False,
     incomplete: str | None = None,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``covered``: the clauses some scenario or test of the kit names (``coverage.check``).
+    """``run``: how certify was run (``certify_outputs.run_info``, keys masked). ``covered``: the clauses some scenario or test of the kit names (``coverage.check``).
     A clause in it that no test of this run named was not run (the run was narrowed with
     pytest arguments): ``skip``, saying so, not ``uncovered``."""
     expectations = expectations or {}
@@ -146,8 +161,9 @@ def build_report(
     for cid, clause in catalog.clauses.items():
         tests = by_clause.get(cid, [])
         if selection and not any(selects(p, clause) for p in selection):
-            clauses[cid] = {"area": clause.area, "level": clause.level, "text": clause.text, "scenarios": [],
-                            "status": "skip", "reason": f"not selected (--clause {' '.join(selection)})"}
+            clauses[cid] = {"area": clause.area, "level": clause.level, "text": clause.text, "sources": sources_of(clause),
+                            "scenarios": [], "status": "skip", "selected": False,
+                            "reason": f"not selected (--clause {' '.join(selection)})"}
             continue
         relevant = [t for t in tests if t.get("uses_target") or is_model]
         entry: dict[str, Any] = {
@@ -155,6 +171,7 @@ def build_report(
             "level": clause.level,
             "subject": subject_of(clause),
             "text": clause.text,
+            "sources": sources_of(clause),
             "scenarios": [
                 {"name": t["name"], "id": t["nodeid"], "kind": t["kind"], "outcome": t["outcome"], "reason": t.get("reason", "")}
                 for t in tests
@@ -208,6 +225,7 @@ def build_report(
         area = summary["by_area"].setdefault(entry["area"], Counter())
         area[entry["status"]] += 1
     summary["by_area"] = {k: dict(v) for k, v in summary["by_area"].items()}
+    summary["not_selected"] = sum(1 for e in clauses.values() if e.get("selected") is False)
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
     summary["unexpected_pass"] = sum(1 for e in clauses.values() if e.get("unexpected_pass"))
     # passes that grade the kit's own client over this target, not the target (see above)
@@ -232,14 +250,43 @@ def build_report(
     else:
         summary["verdict"] = "CERTIFIED" if summary["certified"] else (
             ("NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)") + stale)
+    from . import __version__
+
     return {
         "target": target,
+        "kit": {"sbconform": __version__, "catalog": catalog_version(catalog), "clauses": len(catalog.clauses)},
+        "run": run or {},
         "finished": raw.get("finished"),
         "pytest_exit_status": raw.get("exitstatus"),
         "selection": selection,
         "clauses": clauses,
         "summary": summary,
     }
+
+
+def skips(s: dict[str, Any]) -> str:
+    """'200 skip (198 not selected)': the skips a narrowed run chose apart from those of the target."""
+    return f"{s['skip']} skip" + (f" ({s['not_selected']} not selected)" if s.get("not_selected") else "")
+
+
+def summary_line(name: str, s: dict[str, Any]) -> str:
+    """The console's one line on a report, with the counts report.md and the HTML page show."""
+    client = f" ({s['client_pass']} of them the kit's client over the target)" if s.get("client_pass") else ""
+    return (f"sbconform: {name}: {s['pass']} pass{client}, {s['fail']} fail ({s['strict_fail']} MUST, "
+            f"{s['non_strict_fail']} SHOULD/MAY, {s['informational_fail']} INFO, {s['expected_fail']} expected), "
+            f"{skips(s)}, " + (f"{s['unexpected_pass']} unexpected pass (expectations out of date), "
+                               if s.get("unexpected_pass") else "")
+            + f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}")
+
+
+def provenance(report: dict[str, Any]) -> str:
+    """What made a report and how the run was made (its keys masked by ``run_info``), in one line."""
+    kit, run = report.get("kit") or {}, report.get("run") or {}
+    return "; ".join(part for part in (
+        f"sbconform {kit.get('sbconform', '?')}, catalog {kit.get('catalog', '?')} ({kit.get('clauses', '?')} clauses)",
+        f"finished {report.get('finished') or '? (the run did not finish)'}",
+        f"endpoint {run['endpoint']}" if run.get("endpoint") else "",
+        f"run with: {run['arguments']}" if run.get("arguments") else "") if part)
 
 
 def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
@@ -250,8 +297,10 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         "",
         f"Finished {report.get('finished') or '?'}. "
         f"**{s.get('verdict') or ('CERTIFIED' if s['certified'] else 'NOT CERTIFIED')}**: "
-        f"{s['pass']} pass, {s['fail']} fail ({s['expected_fail']} expected), {s['skip']} skip, "
+        f"{s['pass']} pass, {s['fail']} fail ({s['expected_fail']} expected), {skips(s)}, "
         f"{s['uncovered']} uncovered, of {s['total']} clauses.",
+        "",
+        provenance(report) + ".",
         "",
         *([f"Of the passes, {s['client_pass']} grade the kit's own client over this target (clauses tagged "
            f"`client`: the target supports that client; it does not implement it) and {s['broker_pass']} the target itself.", ""]
@@ -287,7 +336,8 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
     if failing:
         lines += ["", "## Failures in detail", ""]
         for cid, e in failing:
-            lines.append(f"### {cid}: {e['text']}")
+            lines.append(f"### {cid} ({e['level']}): {e['text']}")
+            lines += [f"> {' '.join(src['quote'].split())} ({src['source']})" for src in e.get("sources", [])] + [""]
             for sc in e["scenarios"]:
                 if sc["outcome"] in ("fail", "xpass"):
                     lines.append(f"- `{sc['id']}`: {sc['reason']}")
@@ -386,6 +436,7 @@ def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: b
     lines += ["", "| total | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for status in STATUSES:
         lines.append(f"| {status} | " + " | ".join(str(r["summary"].get(status, 0)) for r in reports) + " |")
+    lines.append("| of the skips, not selected | " + " | ".join(str(r["summary"].get("not_selected", "?")) for r in reports) + " |")
     lines.append("| MUST failures | " + " | ".join(str(r["summary"].get("strict_fail", "?")) for r in reports) + " |")
     lines.append("| verdict | " + " | ".join(str(r["summary"].get("verdict") or
                                                  ("CERTIFIED" if r["summary"].get("certified") else "NOT CERTIFIED"))
@@ -394,51 +445,11 @@ def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: b
     if only_differences:
         lines.append(f"{shown} clause(s) differ; clauses with the same status everywhere are not shown.")
     lines.append("`*` = as the target's expectations file predicts.")
+    graded = sorted({(r.get("kit") or {}).get("catalog") or "unknown (an older report)" for r in reports})
+    ours = catalog_version(catalog)
+    lines.append(f"Graded against catalog {', '.join(graded)}" + ("." if graded == [ours] else
+                 f"; the rows follow this sbconform's catalog {ours}."))
     return "\n".join(lines) + "\n"
-
-
-def is_report(data: Any) -> bool:
-    return report_problem(data) is None
-
-
-#: the summary's counts that compare and the HTML page show (numbers, never text)
-_COUNTS = STATUSES + ("strict_fail", "non_strict_fail", "informational_fail", "client_pass")
-
-
-def report_problem(data: Any) -> str | None:
-    """What in a report.json compare and the HTML page could not show (where, and what is
-    there), else None: every value they read has the type and, for a status, a value they know."""
-    def got(value: Any) -> str:
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-
-    if not (isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in ("target", "clauses", "summary"))):
-        return "no target, clauses and summary"
-    for key in ("name", "image"):
-        if data["target"].get(key) is not None and not isinstance(data["target"][key], str):
-            return f"target.{key} must be text, got {got(data['target'][key])}"
-    for key in _COUNTS:
-        value = data["summary"].get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            return f"summary.{key} must be a whole number, got {got(value)}"
-    if data["summary"].get("verdict") is not None and not isinstance(data["summary"]["verdict"], str):
-        return f"summary.verdict must be text, got {got(data['summary']['verdict'])}"
-    for cid, entry in data["clauses"].items():
-        if not isinstance(entry, dict):
-            return f"clauses.{cid} must be an object with a status, got {got(entry)}"
-        if entry.get("status") not in STATUSES:
-            return f"clauses.{cid}.status must be one of {', '.join(STATUSES)}, got {got(entry.get('status'))}"
-        for key in ("reason", "grade", "subject"):
-            if entry.get(key) is not None and not isinstance(entry[key], str):
-                return f"clauses.{cid}.{key} must be text, got {got(entry[key])}"
-        scenarios = entry.get("scenarios", [])
-        if not isinstance(scenarios, list):
-            return f"clauses.{cid}.scenarios must be a list, got {got(scenarios)}"
-        for n, sc in enumerate(scenarios):
-            if not (isinstance(sc, dict) and isinstance(sc.get("id"), str) and isinstance(sc.get("outcome"), str)
-                    and all(sc.get(k) is None or isinstance(sc[k], str) for k in ("reason", "name"))):
-                return f"clauses.{cid}.scenarios[{n}] must be an object with text id, outcome, name and reason, got {got(sc)}"
-    return None
 
 
 def write_html(reports: list[dict[str, Any]], catalog: Catalog, path: Path, only_differences: bool = False) -> Path:

@@ -72,7 +72,7 @@ def test_run_info_keeps_the_endpoint_and_masks_every_key() -> None:
 
     info = run_info(["serve=false", "secondary=Endpoint=sb://two.example/;SharedAccessKeyName=k;SharedAccessKey=K2SECRET"],
                     "Endpoint=sb://one.example/;SharedAccessKeyName=root;SharedAccessKey=K1SECRET", None,
-                    ["--clause", "settlement"], 2, None, ["-k", "x"])
+                    ["settlement"], 2, None, ["-k", "x"])
     assert info["endpoint"] == "sb://one.example/"
     assert "secondary=Endpoint=sb://two.example/;SharedAccessKeyName=k;SharedAccessKey=***" in info["options"]
     catalog = load_catalog()
