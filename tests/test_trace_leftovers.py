@@ -180,3 +180,47 @@ def test_a_recording_past_its_last_file_number_grows_its_last_file_in_order(tmp_
     assert [p.name for p in sorted(tmp_path.iterdir())] == [f"t-0000{i}.jsonl" for i in (1, 2, 3)]
     assert [e["pos"] for e in read_events(tmp_path)] == list(range(200))
     assert sink.failed is None and len(said) == 1 and "3 files" in said[0]
+
+
+# ------------------------------------------------------------------ record's upstream
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once it is closed
+
+
+@pytest.fixture
+def never_listening(monkeypatch) -> None:
+    """A refusal expected before the proxy listens: were it not refused, the test fails at once
+    instead of relaying until a signal."""
+    import sbconform.proxy.run
+
+    async def serve_until_signal(*args, **kwargs):
+        raise AssertionError("the proxy started listening")
+    monkeypatch.setattr(sbconform.proxy.run, "serve_until_signal", serve_until_signal)
+
+
+@pytest.mark.usefixtures("never_listening")
+def test_record_says_at_once_when_the_upstream_is_unreachable(tmp_path, capsys) -> None:
+    pytest.importorskip("proton")
+    port = closed_port()
+    upstream = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;SharedAccessKey=SECRET123;UseDevelopmentEmulator=true;"
+    line = one_error(capsys, ["record", "--upstream", upstream, "--out", str(tmp_path / "rec"), "--listen", "127.0.0.1:0"])
+    assert f"nothing listens on 127.0.0.1:{port}" in line and "--upstream" in line and "SECRET123" not in line
+    assert not (tmp_path / "rec").exists()  # nothing made for a recording that cannot happen
+
+
+@pytest.mark.usefixtures("never_listening")
+def test_record_says_at_once_when_the_upstream_refuses_its_key(tmp_path, capsys) -> None:
+    pytest.importorskip("proton")
+    from proxy_support import UPSTREAM_KEY_NAME, connection_string, served
+
+    with served() as server:
+        upstream = connection_string(server.port, UPSTREAM_KEY_NAME, "NOT-THE-KEY")
+        line = one_error(capsys, ["record", "--upstream", upstream, "--out", str(tmp_path / "rec"), "--listen", "127.0.0.1:0"])
+    assert "--upstream" in line and "authentication refused" in line and "NOT-THE-KEY" not in line
+    assert not (tmp_path / "rec").exists()

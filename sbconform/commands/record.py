@@ -57,9 +57,23 @@ def _trace_id(text: str) -> str:
     return text
 
 
+def _upstream_problem(upstream: str) -> str | None:
+    """What keeps the proxy from reaching the broker (a name that does not resolve, nothing
+    listening, no AMQP, a key it refuses), in one line without the key; else None. The steps a
+    client takes, as certify's preflight takes them."""
+    from ..secrets import mask
+    from ..targets.preflight import PreflightError, check_connection_string
+
+    try:
+        check_connection_string(upstream, control="none")
+    except PreflightError as error:
+        return mask(str(error))
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..proxy.relay import UsageError
+        from ..proxy.relay import UsageError, parse_upstream
         from ..proxy.run import build, finish, serve_until_signal
     except ImportError as error:
         print(f"sbconform record needs python-qpid-proton (pip install 'sbconform[sdk]'): {error}", file=sys.stderr)
@@ -72,6 +86,15 @@ def run(args: argparse.Namespace) -> int:
     if held:  # a second recording would overwrite the first's files (the same --trace-id) or mix two traces
         print(f"sbconform record: --out {args.out}: already holds a recording ({', '.join(held[:2])}"
               f"{', ...' if len(held) > 2 else ''}): one recording per directory; name a new one", file=sys.stderr)
+        return 2
+    try:
+        parse_upstream(args.upstream)
+    except UsageError as error:
+        print(f"sbconform record: {error}", file=sys.stderr)
+        return 2
+    problem = _upstream_problem(args.upstream)
+    if problem:  # said now, not by every client connection later (each then refused by the proxy)
+        print(f"sbconform record: --upstream: {problem}", file=sys.stderr)
         return 2
     try:
         proxy = build(args.upstream, args.out, host, port, args.format, args.rotate, dict(args.key) if args.key else None,
