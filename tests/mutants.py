@@ -957,6 +957,303 @@ class UnknownTransactionIgnored(Mutant):
         return _transactional(super().transaction_client(), {"discharge": discharge})
 
 
+
+# ------------------------------------------------------------------ a third batch
+class DeferActsAsAbandon(Mutant):
+    """Defer releases the message back to normal receives (SETTLE-DEFR-001)."""
+
+    name = "mutant-defer-acts-as-abandon"
+
+    def defer(self, receiver, message, properties=None):
+        super().abandon(receiver, message, properties)
+
+
+class AbandonNotCounted(Mutant):
+    """Abandon releases the message without counting a delivery (SETTLE-ABAN-001)."""
+
+    name = "mutant-abandon-not-counted"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.abandons: dict = {}
+
+    def abandon(self, receiver, message, properties=None):
+        super().abandon(receiver, message, properties)
+        key = (receiver.path, message.sequence_number)
+        self.abandons[key] = self.abandons.get(key, 0) + 1
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        return [replace(m, delivery_count=m.delivery_count - self.abandons.get((receiver.path, m.sequence_number), 0))
+                if m.delivery_count else m for m in super().receive(receiver, max_count, max_wait)]
+
+
+class SessionBatchReversed(Mutant):
+    """Hands a session's messages over newest first within a receive (SETTLE-SESS-003)."""
+
+    name = "mutant-session-batch-reversed"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        got = super().receive(receiver, max_count, max_wait)
+        return list(reversed(got)) if receiver.session_id is not None else got
+
+
+class ReenableLosesMessages(Mutant):
+    """Re-activating a suspended entity empties it (SETTLE-STATUS-003)."""
+
+    name = "mutant-reenable-loses-messages"
+
+    def update_entity(self, path, **properties):
+        suspended = properties.get("status") == "Active" and self.describe_entity(path).get("status") != "Active"
+        super().update_entity(path, **properties)
+        if suspended:
+            drain = super().receiver(path, "receive-and-delete")
+            while super().receive(drain, 100, 0):
+                pass
+            super().close_handle(drain)
+
+
+class ForwardToMissingAccepted(Mutant):
+    """Creates an entity forwarding to a missing one without forwarding, instead of refusing it (SETTLE-FWD-001)."""
+
+    name = "mutant-forward-to-missing-accepted"
+
+    def create_queue(self, name, **properties):
+        try:
+            return super().create_queue(name, **properties)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.ENTITY_NOT_FOUND or "forward_to" not in properties:
+                raise
+            properties.pop("forward_to")
+            return super().create_queue(name, **properties)
+
+
+class ForwardingReceiverGetsNothing(Mutant):
+    """Lets receivers attach to an auto-forwarding entity, receiving nothing, instead of refusing them (SETTLE-FWD-003)."""
+
+    name = "mutant-forwarding-receiver-gets-nothing"
+
+    def receiver(self, path, mode="peek-lock"):
+        try:
+            return super().receiver(path, mode)
+        except ServiceBusError:
+            return Handle("receiver", path, mode=mode, private=self.namespace.connect())
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        try:
+            return super().receive(receiver, max_count, max_wait)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.INVALID_OPERATION:
+                raise
+            return []
+
+
+class ShortAutoDeleteClamped(EntityMutant):
+    """Accepts an auto-delete-on-idle under five minutes and quietly uses five (SETTLE-ENT-002)."""
+
+    name = "mutant-short-auto-delete-clamped"
+
+    def _broken(self, properties):
+        if properties.get("auto_delete_on_idle", 5 * 60_000) < 5 * 60_000:
+            properties["auto_delete_on_idle"] = 5 * 60_000
+        return properties
+
+
+class ForeignPropertiesDropped(EntityMutant):
+    """Quietly drops the properties a topic does not have (lock duration, sessions...) instead of refusing them (SETTLE-ENT-003)."""
+
+    name = "mutant-foreign-properties-dropped"
+    kinds = ("topic",)
+
+    def _broken(self, properties):
+        for name in ("lock_duration", "max_delivery_count", "requires_session", "dead_lettering_on_message_expiration",
+                     "forward_to", "forward_dead_lettered_messages_to"):
+            properties.pop(name, None)
+        return properties
+
+
+class LargeMaxMessageSizeClamped(EntityMutant):
+    """Accepts a max message size over 256 KB on Standard and quietly keeps 256 KB (SETTLE-TIER-001)."""
+
+    name = "mutant-large-max-message-size-clamped"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        if properties.get("max_message_size", 0) > 256 * 1024:
+            properties.pop("max_message_size")
+        return properties
+
+
+class LargeMaxSizeClamped(EntityMutant):
+    """Accepts a max size over 5 GB on Standard and quietly uses 5 GB (SETTLE-TIER-004)."""
+
+    name = "mutant-large-max-size-clamped"
+    kinds = ("queue", "topic")
+
+    def _broken(self, properties):
+        if properties.get("max_size_in_megabytes", 0) > 5 * 1024 and not properties.get("enable_partitioning"):
+            properties["max_size_in_megabytes"] = 5 * 1024
+        return properties
+
+
+class LargePropertyTruncated(Mutant):
+    """Cuts an application property over 32 KB down instead of refusing the message (SETTLE-SEND-009)."""
+
+    name = "mutant-large-property-truncated"
+
+    def send(self, sender, messages, batch=False):
+        def cut(m):
+            props = {k: v[:1024] if isinstance(v, str) and len(v) > 32 * 1024 else v for k, v in m.application_properties.items()}
+            return replace(m, application_properties=props)
+
+        return super().send(sender, [cut(m) for m in messages], batch)
+
+
+class PartitionQuotaIgnored(Mutant):
+    """Past the namespace's 100 partitioned entities, creates a non-partitioned one instead of refusing (PART-LIMIT-002)."""
+
+    name = "mutant-partition-quota-ignored"
+
+    def create_queue(self, name, **properties):
+        try:
+            return super().create_queue(name, **properties)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.QUOTA_EXCEEDED or not properties.get("enable_partitioning"):
+                raise
+            properties.pop("enable_partitioning")
+            return super().create_queue(name, **properties)
+
+    def create_topic(self, name, **properties):
+        try:
+            return super().create_topic(name, **properties)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.QUOTA_EXCEEDED or not properties.get("enable_partitioning"):
+                raise
+            properties.pop("enable_partitioning")
+            return super().create_topic(name, **properties)
+
+
+class UnkeyedTransactionAccepted(Mutant):
+    """Gives unkeyed messages sent in a transaction to a partitioned entity a key, instead of refusing them (PART-TXN-001)."""
+
+    name = "mutant-unkeyed-transaction-accepted"
+
+    def send_transaction(self, sends):
+        return super().send_transaction([(h, [m if m.session_id or m.partition_key else replace(m, partition_key="txn") for m in ms])
+                                         for h, ms in sends])
+
+
+class PeekNewestFirst(Mutant):
+    """Peek returns the newest messages first (PART-PEEK-001, SETTLE-PEEK-002)."""
+
+    name = "mutant-peek-newest-first"
+
+    def peek(self, receiver, max_count=1, from_sequence_number=1):
+        everything = []
+        start = from_sequence_number
+        while True:
+            page = super().peek(receiver, 250, start)
+            if not page:
+                break
+            everything.extend(page)
+            start = max(m.sequence_number for m in page) + 1
+        return sorted(everything, key=lambda m: -m.sequence_number)[:max_count]
+
+
+class RuleNameReplaced(Mutant):
+    """Adding a rule whose name is taken replaces the rule instead of failing (RULES-RULE-004)."""
+
+    name = "mutant-rule-name-replaced"
+
+    def add_rule(self, subscription_path, rule):
+        if any(r.name == rule.name for r in super().list_rules(subscription_path)):
+            super().remove_rule(subscription_path, rule.name)
+        super().add_rule(subscription_path, rule)
+
+
+class OneCopyPerMatchingRule(FilterMutant):
+    """Stores a copy per matching rule even for rules without actions (RULES-RULE-002)."""
+
+    name = "mutant-one-copy-per-matching-rule"
+
+    def add_rule(self, subscription_path, rule):
+        from sbreference import Rule, SqlRuleAction
+
+        action = rule.action if rule.action is not None else SqlRuleAction("SET sbconform_mutant = 1")
+        super(FilterMutant, self).add_rule(subscription_path, Rule(rule.name, rule.filter, action))
+
+
+class FalseFilterSelectsAll(FilterMutant):
+    """Treats the false filter as the true filter (RULES-BOOL-001)."""
+
+    name = "mutant-false-filter-selects-all"
+
+    def _filter(self, f):
+        from sbreference import FalseFilter, TrueFilter
+
+        return TrueFilter() if isinstance(f, FalseFilter) else f
+
+
+class SqlExistsFalseForNull(FilterMutant):
+    """EXISTS is false for a property whose value is null (RULES-SQL-006)."""
+
+    name = "mutant-sql-exists-false-for-null"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import UNKNOWN, Evaluator
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "exists":
+                    return self.props.get(node[1][1], node[1][2]) not in (None, UNKNOWN)
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class SqlTrueDivision(FilterMutant):
+    """Divides longs as doubles: 7 / 2 is 3.5 (RULES-SQL-011)."""
+
+    name = "mutant-sql-true-division"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import Evaluator
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "arith" and node[1] == "/":
+                    a, b = self.eval(node[2]), self.eval(node[3])
+                    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and b:
+                        return a / b
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class RuleNameNotStamped(Mutant):
+    """Delivers the copies made for rules with actions without their RuleName property (RULES-ACT-001)."""
+
+    name = "mutant-rule-name-not-stamped"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        return [replace(m, application_properties={k: v for k, v in m.application_properties.items() if k != "RuleName"})
+                for m in super().receive(receiver, max_count, max_wait)]
+
+    def peek(self, receiver, max_count=1, from_sequence_number=1):
+        return [replace(m, application_properties={k: v for k, v in m.application_properties.items() if k != "RuleName"})
+                for m in super().peek(receiver, max_count, from_sequence_number)]
+
+
+class FilterErrorsDropped(EntityMutant):
+    """Drops messages whose filter fails to evaluate instead of dead-lettering them (RULES-DLQ-001)."""
+
+    name = "mutant-filter-errors-dropped"
+    kinds = ("subscription",)
+
+    def _broken(self, properties):
+        properties["dead_lettering_on_filter_evaluation_exceptions"] = False
+        return properties
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
 #: Mutants of paired-namespace behaviour: the settlement differential machine does not
@@ -1021,6 +1318,11 @@ NEW_MUTANTS = [
     UnkeyedToOnePartition, KeyedSendRedirected, DuplicateByIdOnly, PartitioningChangeIgnored, SqlIsNullOnlyWhenMissing,
     SqlLikeMatchesPrefix, SqlNotInUnknownTrue, SqlNamesCaseSensitive, CorrelationIgnoresCase, CorrelationAnyProperty,
     NoDefaultRule, RollbackCommits, TransactionalSendsAtOnce, TransactionalSettlesAtOnce, UnknownTransactionIgnored,
+    DeferActsAsAbandon, AbandonNotCounted, SessionBatchReversed, ReenableLosesMessages, ForwardToMissingAccepted,
+    ForwardingReceiverGetsNothing, ShortAutoDeleteClamped, ForeignPropertiesDropped, LargeMaxMessageSizeClamped,
+    LargeMaxSizeClamped, LargePropertyTruncated, PartitionQuotaIgnored, UnkeyedTransactionAccepted, PeekNewestFirst,
+    RuleNameReplaced, OneCopyPerMatchingRule, FalseFilterSelectsAll, SqlExistsFalseForNull, SqlTrueDivision,
+    RuleNameNotStamped, FilterErrorsDropped,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

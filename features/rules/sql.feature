@@ -68,8 +68,9 @@ Feature: SQL filters
     Given "t/Subscriptions/s" has only the rule "r" with SQL filter `EXISTS(tag) AND NOT EXISTS(sys.CorrelationId)`
     When message "tagged" with property "tag" = "x" is sent to "t"
     And message "untagged" is sent to "t"
+    And message "null-tag" with property "tag" = null is sent to "t"
     And message "correlated" with property "tag" = "x" and correlation id "c" is sent to "t"
-    Then peeking "t/Subscriptions/s" shows "tagged"
+    Then peeking "t/Subscriptions/s" shows "tagged", "null-tag"
 
   @RULES-SQL-007
   Scenario: IN and NOT IN, and UNKNOWN on the left

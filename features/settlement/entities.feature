@@ -110,6 +110,13 @@ Feature: Topics, sequence numbers and entity descriptions
     And a queue named "dots.dashes-and_underscores" is created
     And the operation succeeds
 
+  @SETTLE-ENT-002 @needs:entity-management
+  Scenario: Auto-delete on idle is at least 5 minutes
+    When a queue "short" with auto-delete on idle 4 minutes is created
+    Then the operation fails with "argument-error"
+    And a queue "five" with auto-delete on idle 5 minutes is created
+    And the operation succeeds
+
   @SETTLE-ENT-002 @needs:entity-management @needs:topics
   Scenario: Entity paths and subscription names stay within their lengths
     Given a topic "t" with subscriptions "s1"

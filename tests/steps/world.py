@@ -41,6 +41,7 @@ _ENTITY_PHRASES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str,
     (re.compile(r"status (Active|Disabled|SendDisabled|ReceiveDisabled)"), lambda m: {"status": m[1]}),
     (re.compile(r"default time to live (\d+) seconds?"), lambda m: {"default_message_time_to_live": seconds(m[1])}),
     (re.compile(r"max size (\d+) MB"), lambda m: {"max_size_in_megabytes": int(m[1])}),
+    (re.compile(r"auto-delete on idle (\d+) minutes?"), lambda m: {"auto_delete_on_idle": seconds(m[1]) * 60}),
     (re.compile(r"max message size (\d+) (KB|MB)"), lambda m: {"max_message_size": int(m[1]) * (1024 if m[2] == "KB" else 1024 * 1024)}),
 ]
 
