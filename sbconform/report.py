@@ -248,7 +248,9 @@ def build_report(
         summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded "
                               f"(a narrowed run: not a certification of the catalog){stale}")
     else:
-        summary["verdict"] = "CERTIFIED" if summary["certified"] else (
+        partial = (f" for {graded} of {summary['total']} clauses graded ({summary['skip']} skipped, "
+                   f"{summary['uncovered']} uncovered)") if graded < summary["total"] else ""
+        summary["verdict"] = "CERTIFIED" + partial if summary["certified"] else (
             ("NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)") + stale)
     from . import __version__
 

@@ -153,3 +153,20 @@ def test_compare_refuses_garbage_in_one_line(tmp_path, capsys, content) -> None:
     assert main(["compare", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_certified_verdict_says_how_much_of_the_catalog_was_graded() -> None:
+    """One clause passed, every other skipped for a capability the target lacks: the verdict was
+    a bare 'CERTIFIED', read as 'conforms to the catalog'."""
+    from sbconform.report import build_report, render_markdown
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    tests = [{"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
+              "outcome": "pass" if cid == CLAUSES[0] else "skip",
+              "reason": "" if cid == CLAUSES[0] else "target 't' lacks capability 'x'"} for cid in catalog.clauses]
+    s = build_report({"target": {"name": "t"}, "tests": tests}, catalog)["summary"]
+    total = len(catalog.clauses)
+    assert s["certified"] and s["verdict"] == f"CERTIFIED for 1 of {total} clauses graded ({total - 1} skipped, 0 uncovered)"
+    full = build_report({"target": {"name": "t"}, "tests": [{**t, "outcome": "pass"} for t in tests]}, catalog)
+    assert full["summary"]["verdict"] == "CERTIFIED" and "**CERTIFIED**" in render_markdown(full, catalog)
