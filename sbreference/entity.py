@@ -86,6 +86,8 @@ class Entity:
         self.router: Callable[[str, Message, int], None] | None = None
 
     partitioned = False
+    #: SETTLE-ENT-004 (runtime properties), SETTLE-IDLE-*: set by the namespace (``idle``).
+    created_at = updated_at = accessed_at = used_at = 0
     #: SETTLE-TIER-006: the tier's batch limit, set by the namespace (None: the max message size).
     max_batch_size: int | None = None
     #: SETTLE-TIER-008: how many times a large message counts toward this entity (a queue: twice; a topic: once at the
@@ -276,6 +278,7 @@ class Entity:
             if held is None:
                 continue  # cancelled
             self.bytes -= held.size
+            self.accessed_at = max(self.accessed_at, when)  # its enqueue is a send (SETTLE-IDLE-002)
             self.last_sequence_number += 1
             self.deliver(held.message, self.last_sequence_number, when, held.size)
 

@@ -26,6 +26,7 @@ from .status import refuse_send
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 from .provisioning import IMMUTABLE, MAX_ENTITIES, Provisioning  # noqa: F401 (re-exported)
 from .routing import Routing
+from .idle import Idleness
 from .tiers import messaging_units as messaging_units_of
 from .transactions import Transactions
 
@@ -35,12 +36,12 @@ RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
 MAX_TRANSACTION_MESSAGES = 100
 
 
-class Namespace(Routing, Provisioning):
+class Namespace(Routing, Idleness, Provisioning):
     """A Service Bus namespace, as the reference model of the broker.
 
     Creating, updating, describing and deleting entities, rules and partition faults
     is ``provisioning.Provisioning``; how a path resolves to an entity, and injected
-    faults, ``routing.Routing``; this class holds connections, the operations clients
+    faults, ``routing.Routing``; deletion on idle, ``idle.Idleness``; this class holds connections, the operations clients
     call on entities, and time."""
 
     def __init__(
@@ -77,6 +78,7 @@ class Namespace(Routing, Provisioning):
         self._queues: dict[str, Entity] = {}  # path -> the queue itself, among the routes: receive's and complete's
         self.faults: dict[str, ServiceBusError] = {}  # entity key -> the error it answers with
         self.transactions = Transactions(self)  # TXN-*: the coordinator
+        self._temporary: set[str] = set()  # keys of the entities that may be deleted on idle (SETTLE-IDLE-001)
 
     # ----------------------------------------------------------- connections
 
@@ -114,13 +116,14 @@ class Namespace(Routing, Provisioning):
         if entity is None:
             entity = self._sending_entity(path)
             refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001 (never cached)
+        entity.accessed_at = now = self.clock.now  # SETTLE-ENT-004 (AccessedAt), SETTLE-IDLE-002
         if isinstance(messages, Message):
             if choose is not None:
-                return [entity.accept_one(messages, self.clock.now, choose)]
-            return [entity.accept_one(messages, self.clock.now)]
+                return [entity.accept_one(messages, now, choose)]
+            return [entity.accept_one(messages, now)]
         if choose is not None:
-            return entity.accept(list(messages), self.clock.now, choose)
-        return entity.accept(list(messages), self.clock.now)
+            return entity.accept(list(messages), now, choose)
+        return entity.accept(list(messages), now)
 
     def allowed_partitions(self, path: str, message: Message) -> list[int]:
         """Where a send of ``message`` may land now (an error if nowhere: PART-KEY-008)."""
@@ -158,10 +161,13 @@ class Namespace(Routing, Provisioning):
         batch = [messages] if isinstance(messages, Message) else list(messages)
         entity = self._sending_entity(path)
         refuse_send(entity.kind, entity.path, entity.description.status)  # SETTLE-STATUS-001
+        entity.accessed_at = self.clock.now  # a scheduled message is sent (SETTLE-IDLE-002)
         return entity.schedule(batch, enqueue_time, self.clock.now)
 
     def cancel_scheduled(self, conn: int, path: str, sequence_numbers: Iterable[int]) -> None:
-        self._sending_entity(path).cancel_scheduled(sequence_numbers, self.clock.now)
+        entity = self._sending_entity(path)
+        entity.used_at = self.clock.now  # SETTLE-IDLE-002
+        entity.cancel_scheduled(sequence_numbers, self.clock.now)
 
     def _sending_entity(self, path: str) -> Entity:
         route = self._routes.get(path)
@@ -195,7 +201,8 @@ class Namespace(Routing, Provisioning):
             store = queue.store  # a cached queue with nothing scheduled: what _taking_store returns
         else:
             store = self._taking_store(path)
-        return store.receive(self.clock.now, conn, max_count, mode, session_id, choose)
+        store.accessed_at = now = self.clock.now  # a receive request: SETTLE-ENT-004 (AccessedAt), SETTLE-IDLE-002/003
+        return store.receive(now, conn, max_count, mode, session_id, choose)
 
     def complete(self, conn: int, path: str, lock_token: int) -> None:
         queue = self._queues.get(path)
@@ -319,6 +326,8 @@ class Namespace(Routing, Provisioning):
         """The next instant at which time alone changes anything (lock expiry,
         scheduled message, expiry), or ``None``. Targets wait on it."""
         times = [t for t in (e.next_due() for e in self.entities.values()) if t is not None]
+        if self._temporary and (idle := self.next_idle_deadline()) is not None:  # SETTLE-IDLE-001
+            times.append(idle)
         return min(times) if times else None
 
     def tick_due(self, now: int | None = None, keys: Iterable[str] | None = None) -> list[str]:
@@ -327,7 +336,7 @@ class Namespace(Routing, Provisioning):
         expiries. Returns the keys of the entities it ticked, so that a server serves the
         receivers waiting on them."""
         now = self.clock.now if now is None else now
-        changed = []
+        changed = self.reap_idle(now) if self._temporary else []  # SETTLE-IDLE-001: deleted (their receivers find nothing)
         entities = self.entities
         for key in list(entities) if keys is None else keys:
             entity = entities.get(key)
@@ -358,12 +367,12 @@ class Namespace(Routing, Provisioning):
         """The store a receiver on ``path`` takes from (a queue, a subscription, or the
         dead-letter queue of either), with what time made due applied: what a server
         checks when a receive link attaches. Unknown or faulted: ``ServiceBusError``."""
-        return self._receiving_store(path)
+        return self._receiving_store(path, use=False)
 
     def taking_store(self, path: str) -> MessageStore:
         """``receiving_store`` for a receiver that takes messages: also refused while the queue
         or subscription does not give messages out (its status, SETTLE-STATUS-002)."""
-        return self._taking_store(path)
+        return self._taking_store(path, use=False)
 
     def sending_entity(self, path: str) -> Entity:
         """The queue or topic a sender on ``path`` sends to; ``ServiceBusError`` if it does

@@ -278,6 +278,7 @@ class PartitionedEntity(Entity):
             if held is None:
                 continue
             self.bytes -= held.size
+            self.accessed_at = max(self.accessed_at, when)  # its enqueue is a send (SETTLE-IDLE-002)
             index = partition_of(seq)
             self.deliver_to(index, held.message, self._next_sequence(index), when, held.size)
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from .description import KB, MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_SUBSCRIPTIONS_PER_TOPIC, MB, EntityDescription
 from .entity import MAX_TRANSFER_HOPS, Entity, Queue, Subscription, Topic
 from .forwarding import never_idle_when_forwarding
+from .idle import entity_used_at, stamp, store_accessed_at
 from .errors import ErrorCode, ServiceBusError
 from .message import Message, State
 from .partitioning import MAX_PARTITIONED_ENTITIES, STANDARD_PARTITION_COUNT, PartitionedEntity, PartitionedQueue, PartitionedTopic
@@ -96,6 +97,8 @@ class Provisioning:
         entity.router = self._auto_forward  # ForwardTo (SETTLE-FWD-004); dead-letter forwarding takes _forward
         entity.max_batch_size = TIERS[self.sku].max_batch_size  # SETTLE-TIER-006
         added = self._add(entity)
+        stamp([entity], self.clock.now, created=True)  # SETTLE-ENT-004
+        self.mark_temporary(entity)  # SETTLE-IDLE-001
         self._forward_dead_letters(entity.stores, d.forward_dead_lettered_messages_to)
         return added
 
@@ -124,6 +127,8 @@ class Provisioning:
         if entity.partitioned:
             entity.require_all_available("update")
         owner.description = new
+        stamp([owner], self.clock.now)  # SETTLE-ENT-004; an update is use (SETTLE-IDLE-002..004)
+        self.mark_temporary(entity)
         if (new.status, new.forward_to, new.forward_dead_lettered_messages_to) != (
             current.status, current.forward_to, current.forward_dead_lettered_messages_to
         ):
@@ -167,6 +172,8 @@ class Provisioning:
         self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_dead_lettered_messages_to)
         self._forget_routes()
         sub = topic.add_subscription(name, d)
+        stamp([sub], self.clock.now, created=True)  # SETTLE-ENT-004
+        self.mark_temporary(topic)  # SETTLE-IDLE-001
         self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)
         return sub
 
@@ -182,7 +189,9 @@ class Provisioning:
             )
         self._hops += 1
         try:
-            self._sending_entity(destination).accept([message], now)
+            entity = self._sending_entity(destination)
+            entity.accessed_at = now  # a forwarded message is sent to it (SETTLE-IDLE-001, reading)
+            entity.accept([message], now)
         finally:
             self._hops -= 1
         self.billed_operations += 1
@@ -228,9 +237,12 @@ class Provisioning:
         sub = self.subscription(path)
         check_filter_quota((s.rules for s in sub.topic.subscriptions.values()), rule)
         sub.rules.add(rule)
+        sub.used_at = self.clock.now  # "No new rules added to the subscription" (SETTLE-IDLE-003)
 
     def remove_rule(self, path: str, name: str) -> None:
-        self.subscription(path).rules.remove(name)
+        sub = self.subscription(path)
+        sub.rules.remove(name)
+        sub.used_at = self.clock.now  # SETTLE-IDLE-003 (reading, SETTLE-DISC-010)
 
     def list_rules(self, path: str) -> list[Rule]:
         return self.subscription(path).rules.list()
@@ -256,7 +268,9 @@ class Provisioning:
             if topic.kind != "topic":
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{topic_path}' is not a topic.")
             topic.remove_subscription(name)
+            self.mark_temporary(topic)
             return
+        self._temporary.discard(key)
         if self.entities.pop(key, None) is None:
             raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The entity '{path}' was not found.")
 
@@ -274,26 +288,34 @@ class Provisioning:
         return entity.description
 
     def runtime_info(self, path: str) -> dict[str, Any]:
-        """Message counts, as Get reports them: summed over partitions that answer, with
-        the availability status (``limited`` while a partition is down: PART-MGMT-004)."""
+        """The runtime properties Get reports: message counts summed over partitions that answer, with
+        the availability status (``limited`` while a partition is down: PART-MGMT-004), and when the entity
+        was created, updated and accessed (virtual milliseconds). A topic's are its own (SETTLE-ENT-004):
+        TopicRuntimeProperties has "scheduled_message_count", "size_in_bytes" and "subscription_count" but no
+        active or dead-letter count, which its subscriptions report
+        (https://learn.microsoft.com/python/api/azure-servicebus/azure.servicebus.management.topicruntimeproperties)."""
         entity, store = self._resolve(path)
         now = self.clock.now
         entity.tick(now)
-        if store is not None:
-            sources = [store]
-        elif entity.partitioned and entity.kind == "queue":
-            sources = [entity.store]  # its counts sum the partitions that answer
-        elif entity.partitioned:
-            sources = [sub.store for sub in entity.subscriptions.values()]
+        info: dict[str, Any] = {"scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
+        if store is None and entity.kind == "topic":
+            # "The DateTime at which a message was last sent to the topic" (TopicRuntimeProperties.AccessedAt, .NET)
+            info.update(subscription_count=len(entity.subscriptions), accessed_at=entity.accessed_at)
+            owner = entity
         else:
-            sources = entity.stores
-        info: dict[str, Any] = {"active": 0, "deferred": 0, "dead_letter": 0, "scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
-        for s in sources:
+            owner = entity.subscriptions[parse(store.path).subscription_key] if entity.kind == "topic" else entity
+            own = owner.store
+            # "Last time a message was sent, or the last time there was a receive request" (QueueRuntimeProperties)
+            info["accessed_at"] = max(store_accessed_at(own), getattr(owner, "accessed_at", 0))
+            counts = {"active": 0, "deferred": 0, "dead_letter": 0}
+            s = store if store is not None else own  # a partitioned queue's store sums the partitions that answer
             s.tick(now)
             if s.dead_letter_queue is not None:  # a dead-letter path's store has none under it
                 s.dead_letter_queue.tick(now)
             for key, value in s.counts().items():
-                info[key] += value
+                counts[key] += value
+            info.update(counts)
+        info.update(created_at=getattr(owner, "created_at", 0), updated_at=getattr(owner, "updated_at", 0))
         info["availability_status"] = entity.availability_status if entity.partitioned else "available"
         if entity.partitioned:
             info["partition_count"] = entity.partition_count
@@ -336,7 +358,7 @@ class Provisioning:
         scheduled; refused as a receive would be (unknown, unavailable or suspended entity).
         Not a figure Service Bus reports: ``sbconform serve`` answers it on its control
         node, so that a client moving the clock on knows whether a receive has anything to wait for."""
-        store = self._taking_store(path)  # refused where a receive would be
+        store = self._taking_store(path, use=False)  # refused where a receive would be; not use (SETTLE-IDLE-002)
         store.tick(self.clock.now)
         return sum(1 for m in store.messages.values() if m.state is State.ACTIVE)
 

@@ -56,16 +56,23 @@ class Routing:
         if fault is not None:
             raise ServiceBusError(fault.code, fault.text, transient=fault.transient)
 
-    def _resolve(self, path: str) -> tuple[Entity, MessageStore | None]:
+    def _resolve(self, path: str, use: bool = False) -> tuple[Entity, MessageStore | None]:
         """``q``, ``q/$DeadLetterQueue``, ``t/Subscriptions/s`` and ``.../$DeadLetterQueue``.
 
-        Returns the entity and, for anything but a queue or topic itself, the store.
+        Returns the entity and, for anything but a queue or topic itself, the store. ``use``: the request
+        uses it (SETTLE-IDLE-002/003; a Get does not).
         """
         route = self._routes.get(path)
         if route is None:
+            if self._temporary:
+                self.reap_idle(self.clock.now)  # SETTLE-IDLE-001: what is idle by now is gone
             route = self._route(path)
+            if use:
+                self._use(*route, self.clock.now)
             if self.faults:
                 self._check_fault(route[0])  # a faulted entity is never cached
+            elif route[0].path.lower() in self._temporary:
+                pass  # nor one that may be deleted on idle: its requests are recorded and it is checked each time
             elif self._statuses(*route) == (ACTIVE, ACTIVE):  # nor one that is not Active (its operations are checked)
                 if route[1] is None:  # the queue or topic itself
                     self._senders[path] = route[0]
@@ -82,7 +89,7 @@ class Routing:
             return entity.description.status, entity.subscriptions[parse(store.path).subscription_key].description.status
         return entity.description.status, ACTIVE
 
-    def _taking_store(self, path: str) -> MessageStore:
+    def _taking_store(self, path: str, use: bool = True) -> MessageStore:
         """``_receiving_store`` for what takes or settles messages: refused while the queue or
         subscription is Disabled or ReceiveDisabled, or its topic Disabled (SETTLE-STATUS-002).
         Peeks, lock renewals and releases stay allowed (the documentation names receive and
@@ -90,7 +97,7 @@ class Routing:
         route = self._routes.get(path)
         if route is not None:  # cached: everything on the route is Active
             return self._store_of(path, *route)
-        entity, own = self._resolve(path)
+        entity, own = self._resolve(path, use)
         store = self._store_of(path, entity, own)
         entity_status, subscription_status = self._statuses(entity, own)
         if entity.kind == "topic":
@@ -118,9 +125,9 @@ class Routing:
             return entity, entity.store.dead_letter_queue
         return entity, None
 
-    def _receiving_store(self, path: str) -> MessageStore:
+    def _receiving_store(self, path: str, use: bool = True) -> MessageStore:
         route = self._routes.get(path)
-        return self._store_of(path, *(route if route is not None else self._resolve(path)))
+        return self._store_of(path, *(route if route is not None else self._resolve(path, use)))
 
     def _store_of(self, path: str, entity: Entity, store: MessageStore | None) -> MessageStore:
         """The store a receiver on ``path`` (resolved to ``entity`` and ``store``) takes from,

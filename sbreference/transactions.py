@@ -342,7 +342,9 @@ class Transactions:
         committed: dict[str, list[int | None]] = {}
         for op in txn.operations:  # each send as it was sent (a message or a batch), in order
             if op.kind == "send":
-                committed.setdefault(op.path, []).extend(ns.sending_entity(op.path).accept(list(op.messages), ns.clock.now))
+                entity = ns.sending_entity(op.path)
+                entity.accessed_at = ns.clock.now  # a send (SETTLE-ENT-004, SETTLE-IDLE-002)
+                committed.setdefault(op.path, []).extend(entity.accept(list(op.messages), ns.clock.now))
         return committed
 
 
