@@ -130,7 +130,7 @@ def scenario_outcomes(tmp_path_factory) -> dict[str, set[str]]:
     env = {**os.environ, MATRIX: json.dumps(SCENARIO_FOR), RESULTS: str(results),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutants", str(ROOT / "tests" / "test_features.py"),
+        [sys.executable, "-m", "pytest", "-q", "--tb=no", "-p", "no:cacheprovider", "-p", "mutants", str(ROOT / "tests" / "test_features.py"),
          "-k", " or ".join(sorted(set(SCENARIO_FOR.values())))],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
