@@ -132,7 +132,7 @@ def _statement(clause: Any) -> str:
 
 
 def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[str], only_differences: bool = False) -> str:
-    from .report import provenance, skips, status_cells
+    from .report import provenance, skips, status_cells, target_lines
 
     areas = list(catalog.areas) or sorted({c.area for c in catalog.clauses.values()})
     levels = ["MUST", "SHOULD", "MAY", "INFO"]
@@ -156,7 +156,7 @@ def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[st
         + (f" ({r['summary']['client_pass']} of the passes the kit's own client over the target)"
            if r['summary'].get('client_pass') else "")
         + f"; failures: {r['summary'].get('strict_fail', 0)} MUST, {r['summary'].get('non_strict_fail', 0)} SHOULD/MAY, "
-        f"{r['summary'].get('informational_fail', 0)} INFO<br><small>{html.escape(provenance(r))}</small></li>"
+        f"{r['summary'].get('informational_fail', 0)} INFO<br><small>{'<br>'.join(html.escape(t) for t in [provenance(r), *target_lines(r['target'])])}</small></li>"
         for label, r in zip(labels, reports))
     data = html.escape(json.dumps([r["summary"] for r in reports]))
     return f"""<!DOCTYPE html>

@@ -281,6 +281,15 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
             + f"{s['uncovered']} uncovered of {s['total']} clauses -> {s['verdict']}")
 
 
+def target_lines(target: dict[str, Any]) -> list[str]:
+    """What the target is (its other described fields) and what it lacks, with its reasons: what was
+    not tested, and why."""
+    other = "; ".join(f"{k}: {v}" for k, v in target.items() if k not in ("name", "capabilities", "lacking"))
+    lacking = target.get("lacking") or {}
+    return ([f"Target {target.get('name', '?')}: {other}."] if other else []) + (
+        ["Lacks: " + "; ".join(f"{k} ({v})" for k, v in lacking.items()) + "."] if isinstance(lacking, dict) and lacking else [])
+
+
 def provenance(report: dict[str, Any]) -> str:
     """What made a report and how the run was made (its keys masked by ``run_info``), in one line."""
     kit, run = report.get("kit") or {}, report.get("run") or {}
@@ -314,6 +323,7 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
           if s.get("incomplete") else []),
         f"Capabilities: {', '.join(target.get('capabilities', [])) or 'none declared'}.",
         "",
+        *(line for text in target_lines(target) for line in (text, "")),
         *([f"Only these clauses were selected: `{' '.join(report['selection'])}`; the others are skipped.", ""]
           if report.get("selection") else []),
         *([f"Only {s.get('graded', 0)} clauses were graded (the run was narrowed); the others are skipped.", ""]

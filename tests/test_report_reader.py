@@ -170,3 +170,22 @@ def test_a_certified_verdict_says_how_much_of_the_catalog_was_graded() -> None:
     assert s["certified"] and s["verdict"] == f"CERTIFIED for 1 of {total} clauses graded ({total - 1} skipped, 0 uncovered)"
     full = build_report({"target": {"name": "t"}, "tests": [{**t, "outcome": "pass"} for t in tests]}, catalog)
     assert full["summary"]["verdict"] == "CERTIFIED" and "**CERTIFIED**" in render_markdown(full, catalog)
+
+
+def test_a_report_says_what_the_target_is_and_what_it_lacks() -> None:
+    """report.md and the HTML page listed the capabilities a target has, never those it lacks
+    (with the target's reason) nor its SDK and endpoint: what was not tested, and why, was hidden."""
+    from sbconform.html_report import render_html
+    from sbconform.report import build_report, render_markdown
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    target = {"name": "sdk", "capabilities": ["sessions"], "sdk": "azure-servicebus 7.15.0",
+              "endpoint": "sbconform serve (started by the target)",
+              "lacking": {"model-internals": "not observable <through> the SDK"}}
+    report = build_report({"target": target, "tests": []}, catalog)
+    md, page = render_markdown(report, catalog), render_html([report], catalog, ["sdk"])
+    assert "Lacks: model-internals (not observable <through> the SDK)." in md
+    assert "Lacks: model-internals (not observable &lt;through&gt; the SDK)." in page
+    for text in (md, page):
+        assert "sdk: azure-servicebus 7.15.0" in text and "endpoint: sbconform serve (started by the target)" in text
