@@ -321,7 +321,8 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         "",
         *([f"**Incomplete**: {s['incomplete']}; clauses whose tests did not finish are not graded.", ""]
           if s.get("incomplete") else []),
-        f"Capabilities: {', '.join(target.get('capabilities', [])) or 'none declared'}.",
+        "Capabilities: " + (", ".join(target["capabilities"]) or "none declared" if "capabilities" in target
+                            else "not known (no test process reported them)") + ".",
         "",
         *(line for text in target_lines(target) for line in (text, "")),
         *([f"Only these clauses were selected: `{' '.join(report['selection'])}`; the others are skipped.", ""]

@@ -189,3 +189,15 @@ def test_a_report_says_what_the_target_is_and_what_it_lacks() -> None:
     assert "Lacks: model-internals (not observable &lt;through&gt; the SDK)." in page
     for text in (md, page):
         assert "sdk: azure-servicebus 7.15.0" in text and "endpoint: sbconform serve (started by the target)" in text
+
+
+def test_an_interrupted_report_does_not_say_the_target_declared_no_capability() -> None:
+    """Stopped before any test process reported, the target is only a name: report.md said
+    'Capabilities: none declared', as if the target had none."""
+    from sbconform.report import build_report, render_markdown
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    report = build_report({"target": {"name": "reference"}, "tests": []}, catalog, incomplete="interrupted by SIGINT")
+    md = render_markdown(report, catalog)
+    assert "none declared" not in md and "Capabilities: not known (no test process reported them)." in md
