@@ -417,3 +417,20 @@ def test_an_open_whose_hostname_is_not_utf8_gets_401_at_put_token_and_the_connec
     c.read(5, until=lambda f: f.of(BEGIN))
     assert c.put_token("open") == 401
     assert not c.frames.of(CLOSE), [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+
+
+@pytest.mark.parametrize("node", ["open/$management", "$sbconform"])
+def test_a_request_that_is_no_message_is_rejected_as_cbs_rejects_one(srv: InProcess, node: str) -> None:
+    """A transfer to a management node holding a string that is not UTF-8 (proton cannot decode
+    it) was accepted and never answered: the client waited out its timeout. As on $cbs, it is
+    rejected with amqp:decode-error, and the connection goes on."""
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    c.send(attach("req", 10, node, True), attach("rep", 11, node, False), flow(11, 5))
+    c.read(3, until=lambda f: sum(p[2].value[0] in ("req", "rep") for p in f.of(ATTACH)) >= 2)
+    before = len(c.frames.of(DISPOSITION))
+    bad = Message(id="q", reply_to=node, properties={"operation": "BADX"}, body={"x": 1}).encode()
+    c.send(c.transfer(10, bad.replace(b"\xa1\x04BADX", b"\xa1\x04B\xff\xfeX")))
+    assert outcome(c, before) == (REJECTED, "amqp:decode-error")
+    assert c.put_token("open", 20) == 200

@@ -278,7 +278,13 @@ class Deliveries:
             return
         if address.endswith("$management") or address == "$sbconform":
             txn = coordinator.transactional(dlv)
-            self._management(state, address, data, None if txn is None else txn[0])
+            try:
+                self._management(state, address, data, None if txn is None else txn[0])
+            except Refused as refused:  # not a message at all, as on $cbs
+                dlv.local.condition = v.error("amqp:decode-error", str(refused))
+                dlv.update(Delivery.REJECTED)
+                dlv.settle()
+                return
             if txn is not None:
                 coordinator.answer_transactional(dlv, txn[0])
                 return

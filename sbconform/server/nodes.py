@@ -84,8 +84,8 @@ class Nodes:
         request = Message()
         try:
             request.decode(data)
-        except Exception:
-            return
+        except Exception as error:  # noqa: BLE001 - no message at all: refused as $cbs refuses one (_incoming)
+            raise Refused(f"The request could not be decoded: {error}") from None
         props = request.properties or {}
         operation = str(props.get("operation", ""))
         body = {str(k): val for k, val in request.body.items()} if isinstance(request.body, dict) else None
