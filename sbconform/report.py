@@ -381,6 +381,10 @@ def write_junit(report: dict[str, Any], path: Path) -> Path:
     s = report["summary"]
     root = ET.Element("testsuites", name=f"sbconform {name}", tests=str(s["total"]),
                       failures=str(s.get("strict_fail", s["fail"])))
+    kit, run = report.get("kit") or {}, report.get("run") or {}
+    run_props = [(k, str(v)) for k, v in (("verdict", s.get("verdict")), ("sbconform", kit.get("sbconform")),
+                 ("catalog", kit.get("catalog")), ("finished", report.get("finished")), ("run", run.get("arguments")))
+                 if v is not None]  # in each suite (the schema has properties there): what a CI page shows of the run
     by_area: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for cid, entry in report["clauses"].items():
         by_area.setdefault(entry["area"], []).append((cid, entry))
@@ -389,6 +393,9 @@ def write_junit(report: dict[str, Any], path: Path) -> Path:
         skipped = sum(1 for _, e in entries if e["status"] in ("skip", "uncovered"))
         suite = ET.SubElement(root, "testsuite", name=f"{name}.{area}", tests=str(len(entries)),
                               failures=str(failures), errors="0", skipped=str(skipped))
+        props = ET.SubElement(suite, "properties")
+        for key, value in run_props:
+            ET.SubElement(props, "property", name=key, value=value)
         for cid, e in entries:
             case = ET.SubElement(suite, "testcase", classname=f"{name}.{area}", name=f"{cid} [{e['level']}]")
             reason = e.get("reason") or ""

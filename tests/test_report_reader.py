@@ -201,3 +201,12 @@ def test_an_interrupted_report_does_not_say_the_target_declared_no_capability() 
     report = build_report({"target": {"name": "reference"}, "tests": []}, catalog, incomplete="interrupted by SIGINT")
     md = render_markdown(report, catalog)
     assert "none declared" not in md and "Capabilities: not known (no test process reported them)." in md
+
+
+def test_junit_says_the_verdict_and_what_made_it(mutant_run) -> None:
+    """The JUnit XML a CI system shows had the clauses but no verdict, version or selection."""
+    report = mutant_run["json"]
+    props = {p.get("name"): p.get("value") for p in mutant_run["xml"].iter("property")}
+    assert props["verdict"] == report["summary"]["verdict"]
+    assert props["sbconform"] == report["kit"]["sbconform"] and props["catalog"] == report["kit"]["catalog"]
+    assert props["run"] == report["run"]["arguments"] and props["finished"] == report["finished"]
