@@ -434,3 +434,27 @@ def test_a_request_that_is_no_message_is_rejected_as_cbs_rejects_one(srv: InProc
     c.send(c.transfer(10, bad.replace(b"\xa1\x04BADX", b"\xa1\x04B\xff\xfeX")))
     assert outcome(c, before) == (REJECTED, "amqp:decode-error")
     assert c.put_token("open", 20) == 200
+
+
+BINARY_FIELDS = {
+    "schedule-message": ("com.microsoft:schedule-message", lambda n: {"messages": [{"message": n, "message-id": "m"}]}, "message"),
+    "set-session-state": ("com.microsoft:set-session-state", lambda n: {"session-id": "s1", "session-state": n}, "session-state"),
+}
+
+
+@pytest.mark.parametrize("size", [10**7, 2**40], ids=["10MB", "1TB"])
+@pytest.mark.parametrize("operation", list(BINARY_FIELDS))
+def test_a_binary_field_given_as_a_number_is_a_bad_request_not_an_allocation(srv: InProcess, operation: str, size: int) -> None:
+    """[rr]: schedule-message's ``message`` and set-session-state's ``session-state`` are binary.
+    A number there was handed to ``bytes()``, which allocates that many zero bytes: 1 TB raised
+    MemoryError inside the server (the connection closed with amqp:internal-error), 10 MB was
+    allocated per request (and kept, as a session state). A bad request (400) naming the field."""
+    name, body, field = BINARY_FIELDS[operation]
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token("open") == 200
+    reply = management(c, "open", name, body(size), 10)
+    assert reply is not None, [condition_of(p[2]) for p in c.frames.of(CLOSE)]
+    assert reply.properties["statusCode"] == 400, reply.properties
+    assert f"{field} is not binary" in reply.properties["statusDescription"], reply.properties
+    assert not c.frames.of(CLOSE)

@@ -117,7 +117,7 @@ def schedule_message(q: Request) -> Answer:
     if q.body["messages"] is None:  # a required list of maps ([rr] schedule-message)
         raise ValueError("messages is null")
     for entry in v.values(q.body["messages"]):
-        encoded = bytes(entry["message"])
+        encoded = v.binary(entry["message"], "message")
         check_size(q.ns, q.path, len(encoded))
         m = codec.decode(encoded, q.clock.epoch_ms)
         try:  # the door a sent message passes (SECURITY.md): refused now, never stored to fail at a peek
@@ -195,7 +195,7 @@ def get_session_state(q: Request) -> Answer:
 
 def set_session_state(q: Request) -> Answer:
     value = q.body.get("session-state")
-    q.ns.set_session_state(q.conn, q.path, str(q.sid), None if value is None else bytes(value))
+    q.ns.set_session_state(q.conn, q.path, str(q.sid), None if value is None else v.binary(value, "session-state"))
     return 200, {}, NOTHING
 
 

@@ -144,5 +144,13 @@ def error(condition: str, text: str) -> Condition:
     return Condition(condition, text, {TRACKING: f"sbconform-{uuid.uuid4()}"})
 
 
+def binary(value: Any, field: str) -> bytes:
+    """A request's binary field ([rr]: schedule-message's message, set-session-state's state) as
+    bytes; anything else is a bad request (``bytes()`` of a number allocates that many bytes)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise ValueError(f"{field} is not binary but a {type(value).__name__}")
+
+
 def opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
