@@ -392,7 +392,8 @@ def write_junit(report: dict[str, Any], path: Path) -> Path:
         failures = sum(1 for _, e in entries if e.get("grade") == "strict")
         skipped = sum(1 for _, e in entries if e["status"] in ("skip", "uncovered"))
         suite = ET.SubElement(root, "testsuite", name=f"{name}.{area}", tests=str(len(entries)),
-                              failures=str(failures), errors="0", skipped=str(skipped))
+                              failures=str(failures), errors=str(sum(1 for _, e in entries if e.get("unexpected_pass"))),
+                              skipped=str(skipped))
         props = ET.SubElement(suite, "properties")
         for key, value in run_props:
             ET.SubElement(props, "property", name=key, value=value)

@@ -125,6 +125,10 @@ def test_junit_reports_an_unexpected_pass_as_an_error_of_the_expectations_not_a_
     report = build_report(run(result("pass", B)), CATALOG, load_expectations(path))
     text = write_junit(report, tmp_path / "j.xml").read_text()
     assert 'type="expectations"' in text and 'type="MUST"' not in text
+    import xml.etree.ElementTree as ET  # the suite counts its errors: a CI page shows that count
+
+    suite = next(s for s in ET.fromstring(text.encode()) if s.get("name") == "t.settlement")
+    assert suite.get("errors") == "1"
 
 
 def test_a_narrowed_run_grades_its_clauses_and_never_says_certified() -> None:
