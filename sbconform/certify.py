@@ -29,9 +29,9 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
-from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info
+from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info, write_outputs
 from .coverage import collection_paths, kit_root
-from .report import build_report, clause_patterns, load_expectations, selects, summary_line, write_junit, write_report
+from .report import build_report, clause_patterns, load_expectations, selects, summary_line
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
@@ -221,13 +221,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     report = build_report(raw, catalog, expected, covered, narrowed=bool(pytest_args), incomplete=incomplete,
                           run=run_info(options, connection_string, expectations, clauses, jobs, shard_timeout, pytest_args))
     try:  # checked before the run; this is the disk filling or the permissions changing since
-        written = list(write_report(report, catalog, report_dir, secrets=secrets))
-        if junit_xml:
-            written.append(write_junit(report, Path(junit_xml)))
-        if html:
-            from .report import write_html
-
-            written.append(write_html([report], catalog, Path(html)))
+        written = write_outputs(report, catalog, report_dir, junit_xml, html, secrets)
     except OSError as error:
         raise CertifyError(f"cannot write the report: {error.filename}: {error.strerror}") from None
     s = report["summary"]

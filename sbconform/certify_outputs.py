@@ -54,6 +54,22 @@ def run_info(options: Sequence[str], connection_string: str | None, expectations
             "arguments": mask(shlex.join(args))}
 
 
+def write_outputs(report: dict[str, Any], catalog: Any, report_dir: Path, junit_xml: Path | str | None,
+                  html: Path | str | None, secrets: tuple[str, ...] = ()) -> list[Path]:
+    """report.json, report.md, and the --junit-xml and --html files asked for, from one report
+    whose keys and signatures are masked (``sbconform.secrets``) before any file is written."""
+    from .report import write_html, write_junit, write_report
+    from .secrets import mask_value
+
+    report = mask_value(report, secrets)
+    written = list(write_report(report, catalog, report_dir))
+    if junit_xml:
+        written.append(write_junit(report, Path(junit_xml)))
+    if html:
+        written.append(write_html([report], catalog, Path(html)))
+    return written
+
+
 _unscoped: list = []
 _held: ContextVar[list | None] = ContextVar("sbconform_certify_locks", default=None)
 

@@ -210,3 +210,20 @@ def test_junit_says_the_verdict_and_what_made_it(mutant_run) -> None:
     assert props["verdict"] == report["summary"]["verdict"]
     assert props["sbconform"] == report["kit"]["sbconform"] and props["catalog"] == report["kit"]["catalog"]
     assert props["run"] == report["run"]["arguments"] and props["finished"] == report["finished"]
+
+
+def test_a_key_in_a_failure_reason_is_masked_in_every_file_certify_writes(tmp_path) -> None:
+    """The key was masked verbatim in report.json and report.md, not in the JUnit XML nor the HTML."""
+    from sbconform.certify_outputs import write_outputs
+    from sbconform.report import build_report
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    test = {"nodeid": "t::x", "name": "x", "kind": "scenario", "clauses": [CLAUSES[0]], "uses_target": True,
+            "outcome": "fail", "reason": "refused: token made with S3CR3TKEY== expired"}
+    report = build_report({"target": {"name": "sdk"}, "tests": [test]}, catalog)
+    written = write_outputs(report, catalog, tmp_path / "r", tmp_path / "j.xml", tmp_path / "p.html", ("S3CR3TKEY==",))
+    assert len(written) == 4
+    for path in written:
+        text = path.read_text(encoding="utf-8")
+        assert "S3CR3TKEY" not in text and "token made with ***" in text, path
