@@ -29,12 +29,12 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
-from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info, write_outputs
+from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info, secrets_of, write_outputs
 from .coverage import collection_paths, kit_root
 from .report import build_report, clause_patterns, load_expectations, selects, summary_line
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
-from .secrets import ENV as CONNECTION_STRING_ENV, key_of, mask
+from .secrets import ENV as CONNECTION_STRING_ENV, mask
 
 INTERRUPTED = 130
 TRAILER = ("rootdir:", "inifile:", "configfile:")  # pytest's lines after its error: not what broke
@@ -184,7 +184,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     env.pop(CONNECTION_STRING_ENV, None)
     if connection_string:
         env[CONNECTION_STRING_ENV] = connection_string  # never on the command line (ps shows it)
-    secrets = tuple(s for s in (key_of(connection_string),) if s)
+    secrets = secrets_of(connection_string, options)
     log_path = report_dir / "run.log"
     interactive = out.isatty() if progress is None else progress
     print(f"sbconform: certifying target {target!r}" + (f" with {jobs} jobs" if jobs > 1 else "")

@@ -54,6 +54,14 @@ def run_info(options: Sequence[str], connection_string: str | None, expectations
             "arguments": mask(shlex.join(args))}
 
 
+def secrets_of(connection_string: str | None, options: Sequence[str]) -> tuple[str, ...]:
+    """The keys to mask verbatim in all certify writes: the connection string's and any an option
+    carries (the sdk target's ``secondary=`` connection string)."""
+    from .secrets import key_of
+
+    return tuple(s for s in (key_of(connection_string), *(key_of(o) for o in options)) if s)
+
+
 def write_outputs(report: dict[str, Any], catalog: Any, report_dir: Path, junit_xml: Path | str | None,
                   html: Path | str | None, secrets: tuple[str, ...] = ()) -> list[Path]:
     """report.json, report.md, and the --junit-xml and --html files asked for, from one report

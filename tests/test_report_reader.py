@@ -227,3 +227,13 @@ def test_a_key_in_a_failure_reason_is_masked_in_every_file_certify_writes(tmp_pa
     for path in written:
         text = path.read_text(encoding="utf-8")
         assert "S3CR3TKEY" not in text and "token made with ***" in text, path
+
+
+def test_the_secondary_namespaces_key_is_masked_verbatim_too() -> None:
+    """Only the primary connection string's key was masked verbatim in run.log and the reports;
+    the key of --option secondary=... (the paired namespace) only where it followed 'SharedAccessKey='."""
+    from sbconform.certify_outputs import secrets_of
+
+    assert set(secrets_of("Endpoint=sb://a/;SharedAccessKeyName=k;SharedAccessKey=ONE",
+                          ["serve=true", "secondary=Endpoint=sb://b/;SharedAccessKeyName=k;SharedAccessKey=TWO"])) == {"ONE", "TWO"}
+    assert secrets_of(None, []) == ()
