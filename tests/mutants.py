@@ -1254,6 +1254,298 @@ class FilterErrorsDropped(EntityMutant):
         return properties
 
 
+
+# ------------------------------------------------------------------ a fourth batch
+class LockOutlivesItsDuration(EntityMutant):
+    """Reports locked-until from the entity's lock duration, but holds every lock a minute (SETTLE-LOCK-002)."""
+
+    name = "mutant-lock-outlives-its-duration"
+
+    def _broken(self, properties):
+        properties.pop("lock_duration", None)
+        return properties
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        got = super().receive(receiver, max_count, max_wait)
+        if receiver.mode != "peek-lock" or receiver.session_id is not None:
+            return got
+        wanted = self._wanted.get(receiver.path.split("/$")[0])
+        return [replace(m, locked_until=self.now() + wanted) if wanted and m.locked_until else m for m in got]
+
+    @property
+    def _wanted(self) -> dict:
+        return self.__dict__.setdefault("_durations", {})
+
+    def create_queue(self, name, **properties):
+        path = super().create_queue(name, **properties)
+        if "lock_duration" in properties:
+            self._wanted[path] = properties["lock_duration"]
+        return path
+
+
+class ExpiredLockDeadLetters(Mutant):
+    """Dead-letters a message whose lock has expired instead of refusing (SETTLE-LOCK-008)."""
+
+    name = "mutant-expired-lock-dead-letters"
+
+    def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
+        try:
+            super().dead_letter(receiver, message, reason, description, properties)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.MESSAGE_LOCK_LOST:
+                raise
+
+
+class ExpiredLockRenews(Mutant):
+    """Renews an expired lock instead of refusing: answers with a new locked-until (SETTLE-LOCK-008)."""
+
+    name = "mutant-expired-lock-renews"
+
+    def renew_lock(self, receiver, message):
+        try:
+            return super().renew_lock(receiver, message)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.MESSAGE_LOCK_LOST:
+                raise
+            return self.now() + 60_000
+
+
+class DeadLetterCompleteIgnored(Mutant):
+    """Acknowledges completes on a dead-letter subqueue but keeps the message (SETTLE-DLQ-001)."""
+
+    name = "mutant-dead-letter-complete-ignored"
+
+    def complete(self, receiver, message):
+        if receiver.path.endswith("/$DeadLetterQueue"):
+            self._token(message)
+            return
+        super().complete(receiver, message)
+
+
+class DeferredCompleteIgnored(Mutant):
+    """Acknowledges the complete of a message received by sequence number but keeps it deferred (SETTLE-DEFR-003)."""
+
+    name = "mutant-deferred-complete-ignored"
+
+    def receive_deferred(self, receiver, sequence_numbers):
+        got = super().receive_deferred(receiver, sequence_numbers)
+        self.__dict__.setdefault("_deferred", set()).update(m.lock_token for m in got)
+        return got
+
+    def complete(self, receiver, message):
+        if message.lock_token in self.__dict__.get("_deferred", ()):
+            return
+        super().complete(receiver, message)
+
+
+class LongTimeToLiveNotCapped(EntityMutant):
+    """Applies the entity's default time to live only to messages that set none: a longer one is not capped (SETTLE-TTL-001)."""
+
+    name = "mutant-long-ttl-not-capped"
+    kinds = ("queue",)
+
+    def _broken(self, properties):
+        default = properties.pop("default_message_time_to_live", None)
+        self.__dict__.setdefault("_defaults", {})[properties.get("_name")] = default
+        return properties
+
+    def create_queue(self, name, **properties):
+        default = properties.get("default_message_time_to_live")
+        path = super().create_queue(name, **properties)
+        self.__dict__.setdefault("_ttl", {})[path] = default
+        return path
+
+    def send(self, sender, messages, batch=False):
+        default = self.__dict__.get("_ttl", {}).get(sender.path)
+        if default is not None:
+            messages = [m if m.time_to_live is not None else replace(m, time_to_live=default) for m in messages]
+        return super().send(sender, messages, batch)
+
+
+class ScheduleReturnsOneNumber(Mutant):
+    """Schedules a batch but answers with the first sequence number for every message (SETTLE-SCHED-001)."""
+
+    name = "mutant-schedule-returns-one-number"
+
+    def schedule(self, sender, messages, enqueue_time):
+        numbers = super().schedule(sender, messages, enqueue_time)
+        return [numbers[0]] * len(numbers) if numbers else numbers
+
+
+class SessionStateClearedOnRelease(Mutant):
+    """Clears a session's state when its receiver closes (SETTLE-SESS-005)."""
+
+    name = "mutant-session-state-cleared-on-release"
+
+    def close_handle(self, handle):
+        if handle.session_id is not None:
+            try:
+                super().set_session_state(handle, None)
+            except ServiceBusError:
+                pass
+        super().close_handle(handle)
+
+
+class ExpiredSessionSettles(Mutant):
+    """Completes messages of a session whose lock has expired, instead of refusing (SETTLE-SESS-006)."""
+
+    name = "mutant-expired-session-settles"
+
+    def complete(self, receiver, message):
+        try:
+            super().complete(receiver, message)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.SESSION_LOCK_LOST:
+                raise
+
+
+class BatchKeepsFirstMessage(Mutant):
+    """Accepts a batch but stores only its first message (SETTLE-SEND-001)."""
+
+    name = "mutant-batch-keeps-first"
+
+    def send(self, sender, messages, batch=False):
+        if not batch or len(messages) < 2:
+            return super().send(sender, messages, batch)
+        return super().send(sender, list(messages)[:1], batch) + [None] * (len(messages) - 1)
+
+
+class MessageIdAsPartitionKey(Mutant):
+    """Uses the MessageId as partition key on partitioned entities without duplicate detection (PART-KEY-005)."""
+
+    name = "mutant-message-id-as-partition-key"
+
+    def send(self, sender, messages, batch=False):
+        d = self.describe_entity(sender.path)
+        if not d.get("enable_partitioning") or d.get("requires_duplicate_detection"):
+            return super().send(sender, messages, batch)
+        return super().send(sender, [replace(m, partition_key=m.message_id) if not (m.session_id or m.partition_key) and m.message_id else m
+                                     for m in messages], batch)
+
+
+class PartitionOutageStopsEntity(Mutant):
+    """Refuses every send to a partitioned entity while any of its partitions is down (PART-NOKEY-002, PART-AVAIL-001/002)."""
+
+    name = "mutant-partition-outage-stops-entity"
+
+    def make_partition_unavailable(self, path, partition):
+        super().make_partition_unavailable(path, partition)
+        self.__dict__.setdefault("_down", set()).add((path, partition))
+
+    def make_partition_available(self, path, partition):
+        super().make_partition_available(path, partition)
+        self.__dict__.setdefault("_down", set()).discard((path, partition))
+
+    def send(self, sender, messages, batch=False):
+        if any(path == sender.path for path, _ in self.__dict__.get("_down", ())):
+            raise ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, f"a partition of {sender.path} is unavailable")
+        return super().send(sender, messages, batch)
+
+
+class UpdateDuringOutageApplied(Mutant):
+    """Applies an update to a partitioned entity while one of its partitions is down, instead of failing (PART-MGMT-002)."""
+
+    name = "mutant-update-during-outage-applied"
+
+    def make_partition_unavailable(self, path, partition):
+        super().make_partition_unavailable(path, partition)
+        self.__dict__.setdefault("_down", set()).add((path, partition))
+
+    def make_partition_available(self, path, partition):
+        super().make_partition_available(path, partition)
+        self.__dict__.setdefault("_down", set()).discard((path, partition))
+
+    def update_entity(self, path, **properties):
+        down = [p for q, p in self.__dict__.get("_down", ()) if q == path]
+        for p in down:
+            super().make_partition_available(path, p)
+        try:
+            super().update_entity(path, **properties)
+        finally:
+            for p in down:
+                super().make_partition_unavailable(path, p)
+
+
+class LastRuleRemovedSelectsAll(Mutant):
+    """Removing a subscription's last rule puts $Default back: a subscription without rules gets every message (RULES-RULE-003)."""
+
+    name = "mutant-last-rule-removed-selects-all"
+
+    def remove_rule(self, subscription_path, name):
+        from sbreference import Rule, TrueFilter
+
+        super().remove_rule(subscription_path, name)
+        if not super().list_rules(subscription_path):
+            super().add_rule(subscription_path, Rule("$Default", TrueFilter(), None))
+
+
+class SqlGreaterOrEqualStrict(FilterMutant):
+    """Evaluates >= as > (RULES-SQL-001)."""
+
+    name = "mutant-sql-greater-or-equal-strict"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import Evaluator, compare
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "cmp" and node[1] == ">=":
+                    return compare(">", self.eval(node[2]), self.eval(node[3]))
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class SqlMissingIsZero(FilterMutant):
+    """Takes a missing property as 0 in arithmetic (RULES-SQL-004)."""
+
+    name = "mutant-sql-missing-is-zero"
+
+    def _filter(self, f):
+        from sbreference.sqlfilter import UNKNOWN, Evaluator, arithmetic
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == "arith":
+                    a, b = (self.eval(n) for n in node[2:4])
+                    return arithmetic(node[1], 0 if a is UNKNOWN else a, 0 if b is UNKNOWN else b)
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class InvalidFilterAccepted(Mutant):
+    """Accepts a rule whose SQL filter does not parse, as a filter selecting nothing (RULES-SQL-014)."""
+
+    name = "mutant-invalid-filter-accepted"
+
+    def add_rule(self, subscription_path, rule):
+        from sbreference import FalseFilter, Rule
+
+        try:
+            super().add_rule(subscription_path, rule)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.ARGUMENT_ERROR or any(r.name == rule.name for r in super().list_rules(subscription_path)):
+                raise
+            super().add_rule(subscription_path, Rule(rule.name, FalseFilter(), None))
+
+
+class ViaSendsAtOnce(Mutant):
+    """Delivers a message sent via a transfer entity in a transaction to its destination at once (TXN-VIA-001)."""
+
+    name = "mutant-via-sends-at-once"
+
+    def transaction_client(self):
+        base = type(super().transaction_client())
+
+        def send(c, txn, path, messages, via=None):
+            if via is None:
+                return base.send(c, txn, path, messages, via)
+            c.namespace.send(c.conn, path, list(messages))
+
+        return _transactional(super().transaction_client(), {"send": send})
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey]
 
 #: Mutants of paired-namespace behaviour: the settlement differential machine does not
@@ -1323,6 +1615,11 @@ NEW_MUTANTS = [
     LargeMaxSizeClamped, LargePropertyTruncated, PartitionQuotaIgnored, UnkeyedTransactionAccepted, PeekNewestFirst,
     RuleNameReplaced, OneCopyPerMatchingRule, FalseFilterSelectsAll, SqlExistsFalseForNull, SqlTrueDivision,
     RuleNameNotStamped, FilterErrorsDropped,
+    LockOutlivesItsDuration, ExpiredLockDeadLetters, ExpiredLockRenews, DeadLetterCompleteIgnored, DeferredCompleteIgnored,
+    LongTimeToLiveNotCapped, ScheduleReturnsOneNumber, SessionStateClearedOnRelease, ExpiredSessionSettles,
+    BatchKeepsFirstMessage, MessageIdAsPartitionKey, PartitionOutageStopsEntity, UpdateDuringOutageApplied,
+    LastRuleRemovedSelectsAll, SqlGreaterOrEqualStrict, SqlMissingIsZero, InvalidFilterAccepted,
+    ViaSendsAtOnce,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

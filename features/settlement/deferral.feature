@@ -43,6 +43,7 @@ Feature: Deferral
     And receiver "B" receives 1 message
     Then receiver "B" got no message
     And peeking "q" shows "m2" in state "deferred"
+    And peeking "q" shows "m2"
     And receiver "B" receives the deferred message "m2"
     And receiver "B" got "m2" with delivery count 2
 

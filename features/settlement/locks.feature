@@ -27,6 +27,9 @@ Feature: Peek-lock locks
     Given message "m1" is sent to "q"
     When receiver "A" on "q" receives 1 message
     Then "m1" is locked until 5 seconds after it was received
+    When 6 seconds pass
+    And receiver "B" on "q" receives 1 message within 1 second
+    Then receiver "B" got "m1"
 
   @SETTLE-LOCK-004
   Scenario: The holder renews the lock, counted from the renewal

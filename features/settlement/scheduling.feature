@@ -13,6 +13,14 @@ Feature: Scheduled messages
     And receiver "A" receives 1 message within 10 seconds
     And receiver "A" got "later"
 
+  @SETTLE-SCHED-001
+  Scenario: Scheduling several messages returns a sequence number for each
+    When messages "s1", "s2", "s3" are scheduled on "q" in 10 seconds
+    Then the scheduling returned a sequence number for "s1"
+    And the scheduling returned a sequence number for "s2"
+    And the scheduling returned a sequence number for "s3"
+    And the scheduled messages "s1", "s2", "s3" have different sequence numbers
+
   @SETTLE-SCHED-002
   Scenario: At its time a scheduled message gets a new sequence number
     When message "later" is scheduled on "q" in 10 seconds

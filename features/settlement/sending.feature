@@ -11,6 +11,9 @@ Feature: Settling send operations
     Then the operation succeeds
     And receiver "A" on "q" receives 1 message
     And receiver "A" got "m1"
+    And messages "m2", "m3" are sent to "q" as one batch
+    And the operation succeeds
+    And peeking "q" shows "m1", "m2", "m3"
 
   @SETTLE-SEND-002 @SETTLE-SEND-006
   Scenario: A message over the maximum size is rejected with the details of the rejection

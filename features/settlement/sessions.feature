@@ -78,11 +78,14 @@ Feature: Sessions
   Scenario: Renewing the session lock extends it; an expired one is lost
     Given message "m1" with session "s1" is sent to "sq"
     When receiver "A" accepts session "s1" on "sq"
+    And receiver "A" receives 1 message
     And 3 seconds pass
     And receiver "A" renews its session lock
     Then the session lock of "A" is held until 5 seconds after the renewal
     And 6 seconds pass
     And receiver "A" renews its session lock
+    And the operation fails with "session-lock-lost"
+    And receiver "A" completes "m1"
     And the operation fails with "session-lock-lost"
 
   @SETTLE-SESS-007

@@ -152,6 +152,22 @@ def schedule_message(world: World, mid: str, entity: str, n: str) -> None:
         world.senders.setdefault(f"scheduled:{mid}", world.sender(entity))
 
 
+@step(r'messages (?P<ids>' + IDS + r') are scheduled on "(?P<entity>[^"]+)" in (?P<n>\d+) seconds')
+def schedule_messages(world: World, ids: str, entity: str, n: str) -> None:
+    t = world.target
+    mids = quoted(ids)
+    numbers = world.attempt(t.schedule, world.sender(entity), [world.build(mid, {}) for mid in mids], t.now() + seconds(n))
+    if numbers is not None:
+        assert len(numbers) == len(mids), f"scheduling {len(mids)} messages answered {numbers!r} (SETTLE-SCHED-001)"
+        world.scheduled.update(zip(mids, numbers))
+
+
+@step(r'the scheduled messages (?P<ids>' + IDS + r') have different sequence numbers')
+def scheduled_apart(world: World, ids: str) -> None:
+    numbers = [world.scheduled.get(mid) for mid in quoted(ids)]
+    assert len(set(numbers)) == len(numbers), f"scheduling answered the sequence numbers {numbers}"
+
+
 @step(r'the scheduled message "(?P<mid>[^"]+)" is cancelled')
 def cancel_scheduled(world: World, mid: str) -> None:
     world.attempt(world.target.cancel_scheduled, world.senders[f"scheduled:{mid}"], [world.scheduled[mid]])
