@@ -111,7 +111,7 @@ def _cell(entry: dict[str, Any] | None) -> str:
         classes.append("expected")
     if entry.get("grade") in ("non-strict", "informational"):
         classes.append("nonstrict")
-    label = status + (" (expected)" if entry.get("expected") else " (unexpected: update the expectations)"
+    label = ("not selected" if entry.get("selected") is False else status) + (" (expected)" if entry.get("expected") else " (unexpected: update the expectations)"
                       if entry.get("unexpected_pass") else f" ({entry['grade']})" if entry.get("grade") else "")
     if status == "pass" and entry.get("subject") == "client" and entry.get("reason"):
         label += " (the kit's client)"  # report.CLIENT_PASS: the target supports it, does not implement it

@@ -433,11 +433,13 @@ def _labels(reports: list[dict[str, Any]]) -> list[str]:
 
 
 def status_cells(reports: list[dict[str, Any]], cid: str) -> list[str]:
-    """A clause's status in each report ("—" where a report lacks it; "*" where expected)."""
+    """A clause's status in each report ("—" where a report lacks it; "*" where expected; "not
+    selected" where the run's --clause left it out, not a skip of the target's)."""
     cells = []
     for r in reports:
         e = r["clauses"].get(cid)
-        cells.append("—" if e is None else e["status"] + ("*" if e.get("expected") else ""))
+        cells.append("—" if e is None else "not selected" if e.get("selected") is False
+                     else e["status"] + ("*" if e.get("expected") else ""))
     return cells
 
 

@@ -237,3 +237,22 @@ def test_the_secondary_namespaces_key_is_masked_verbatim_too() -> None:
     assert set(secrets_of("Endpoint=sb://a/;SharedAccessKeyName=k;SharedAccessKey=ONE",
                           ["serve=true", "secondary=Endpoint=sb://b/;SharedAccessKeyName=k;SharedAccessKey=TWO"])) == {"ONE", "TWO"}
     assert secrets_of(None, []) == ()
+
+
+def test_compare_tells_a_clause_not_selected_from_one_the_target_could_not_run() -> None:
+    """Both were 'skip': a clause one run did not select looked like one the other target lacks
+    the capability for, and --only-differences hid the difference."""
+    from sbconform.report import build_report, compare
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    def scenario(cid, outcome, reason=""):
+        return {"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
+                "outcome": outcome, "reason": reason}
+    narrowed = build_report({"target": {"name": "a"}, "selection": [CLAUSES[0]], "tests": [scenario(CLAUSES[0], "pass")]},
+                            catalog)
+    lacking = build_report({"target": {"name": "b"}, "tests": [scenario(CLAUSES[0], "pass"),
+                                                              scenario(CLAUSES[1], "skip", "lacks capability 'x'")]}, catalog)
+    text = compare([narrowed, lacking], catalog, only_differences=True)
+    assert f"| {CLAUSES[1]} | MUST | not selected | skip |" in text
+    assert f"| {CLAUSES[0]} |" not in text
