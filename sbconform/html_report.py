@@ -132,22 +132,23 @@ def _statement(clause: Any) -> str:
 
 
 def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[str], only_differences: bool = False) -> str:
-    from .report import provenance, skips, status_cells, target_lines
+    from .report import clause_rows, provenance, skips, status_cells, target_lines
 
-    areas = list(catalog.areas) or sorted({c.area for c in catalog.clauses.values()})
-    levels = ["MUST", "SHOULD", "MAY", "INFO"]
+    shown = clause_rows(reports, catalog)
+    areas = list(dict.fromkeys([*catalog.areas, *(area for _, area, _, _ in shown)]))
+    levels = list(dict.fromkeys(["MUST", "SHOULD", "MAY", "INFO", *(level for _, _, level, _ in shown)]))
     head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
     rows = []
-    for cid, clause in catalog.clauses.items():
+    for cid, area, level, text in shown:
         if only_differences and len(set(status_cells(reports, cid))) <= 1:
             continue  # the same status everywhere (compare --only-differences)
         entries = [r["clauses"].get(cid) for r in reports]
         statuses = " ".join(sorted({e["status"] for e in entries if e is not None} or {"uncovered"}))
         rows.append(
-            f'<tr class="clause" id="{html.escape(cid)}" data-area="{html.escape(clause.area)}" '
-            f'data-level="{html.escape(clause.level)}" data-statuses="{statuses}">'
-            f"<td><a href=\"#{html.escape(cid)}\">{html.escape(cid)}</a></td><td>{html.escape(clause.area)}</td>"
-            f"<td>{html.escape(clause.level)}</td><td>{_statement(clause)}</td>"
+            f'<tr class="clause" id="{html.escape(cid)}" data-area="{html.escape(area)}" '
+            f'data-level="{html.escape(level)}" data-statuses="{statuses}">'
+            f"<td><a href=\"#{html.escape(cid)}\">{html.escape(cid)}</a></td><td>{html.escape(area)}</td>"
+            f"<td>{html.escape(level)}</td><td>{_statement(catalog.clauses[cid]) if cid in catalog.clauses else html.escape(text)}</td>"
             + "".join(_cell(e) for e in entries) + "</tr>")
     summaries = "".join(
         f"<li><b>{html.escape(label)}</b>: {html.escape(str(r['summary'].get('verdict', '')))} — "

@@ -443,17 +443,28 @@ def status_cells(reports: list[dict[str, Any]], cid: str) -> list[str]:
     return cells
 
 
+def clause_rows(reports: list[dict[str, Any]], catalog: Catalog) -> list[tuple[str, str, str, str]]:
+    """(id, area, level, statement) of each clause to show: the catalog's, then those only the
+    reports have (graded against another catalog), never silently left out."""
+    rows = [(cid, c.area, c.level, c.text) for cid, c in catalog.clauses.items()]
+    for cid in sorted({cid for r in reports for cid in r["clauses"]} - set(catalog.clauses)):
+        entry = next(r["clauses"][cid] for r in reports if cid in r["clauses"])
+        rows.append((cid, str(entry.get("area") or "?"), str(entry.get("level") or "?"),
+                     str(entry.get("text") or "(not in this sbconform's catalog)")))
+    return rows
+
+
 def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: bool = False) -> str:
     """Several targets' reports side by side, one row per clause, then totals per target."""
     names = _labels(reports)
     lines = ["| clause | level | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     shown = 0
-    for cid, clause in catalog.clauses.items():
+    for cid, _, level, _ in clause_rows(reports, catalog):
         cells = status_cells(reports, cid)
         if only_differences and len(set(cells)) <= 1:
             continue
         shown += 1
-        lines.append(f"| {cid} | {clause.level} | " + " | ".join(cells) + " |")
+        lines.append(f"| {cid} | {level} | " + " | ".join(cells) + " |")
     if only_differences and not shown:
         lines.append("| (no clause differs) | | " + " | ".join("" for _ in names) + " |")
     lines += ["", "| total | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]

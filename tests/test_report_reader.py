@@ -256,3 +256,19 @@ def test_compare_tells_a_clause_not_selected_from_one_the_target_could_not_run()
     text = compare([narrowed, lacking], catalog, only_differences=True)
     assert f"| {CLAUSES[1]} | MUST | not selected | skip |" in text
     assert f"| {CLAUSES[0]} |" not in text
+
+
+def test_compare_shows_a_clause_this_sbconforms_catalog_does_not_have() -> None:
+    """The rows followed the installed catalog: a failing clause of a newer catalog vanished from
+    the table while the totals still counted it."""
+    from sbconform.report import build_report, compare
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    report = build_report({"target": {"name": "a"}, "tests": []}, catalog)
+    report["clauses"]["SETTLE-NEW-999"] = {"status": "fail", "level": "SHOULD", "reason": "x", "scenarios": []}
+    assert "| SETTLE-NEW-999 | SHOULD | fail |" in compare([report], catalog)
+    from sbconform.html_report import render_html
+
+    page = render_html([report], catalog, ["a"])
+    assert 'id="SETTLE-NEW-999" data-area="?" data-level="SHOULD"' in page and 'value="?" checked' in page
