@@ -35,7 +35,7 @@ def output_problem(report_dir: Path, junit_xml: Path | str | None, html: Path | 
     return None
 
 
-def run_info(options: Sequence[str], connection_string: str | None, expectations: Path | str | None,
+def run_info(target: str, options: Sequence[str], connection_string: str | None, expectations: Path | str | None,
              clauses: Sequence[str], jobs: int, shard_timeout: float | None, pytest_args: Sequence[str]) -> dict[str, Any]:
     """How a certification was run, for its report: what decides what was graded (not where the
     files went), every key and signature masked; of the connection string only its endpoint."""
@@ -48,7 +48,7 @@ def run_info(options: Sequence[str], connection_string: str | None, expectations
     args = [*(a for c in clauses for a in ("--clause", c)), *(a for o in options for a in ("--option", o)),
             *(["--expectations", str(expectations)] if expectations else []), "--jobs", str(jobs),
             *(["--shard-timeout", f"{shard_timeout:g}"] if shard_timeout else []), *(["--", *pytest_args] if pytest_args else [])]
-    return {"endpoint": found[1].strip() if found else None, "options": [mask(o) for o in options],
+    return {"target": target, "endpoint": found[1].strip() if found else None, "options": [mask(o) for o in options],
             "clauses": list(clauses), "expectations": str(expectations) if expectations else None, "jobs": jobs,
             "shard_timeout": shard_timeout, "test_args": [mask(a) for a in pytest_args],
             "arguments": mask(shlex.join(args))}

@@ -145,7 +145,9 @@ def build_report(
     A clause in it that no test of this run named was not run (the run was narrowed with
     pytest arguments): ``skip``, saying so, not ``uncovered``."""
     expectations = expectations or {}
-    target = raw.get("target", {})
+    target = raw.get("target") or {}
+    if not target.get("name") and (run or {}).get("target"):  # no test process reported the target
+        target = {**target, "name": run["target"]}
     is_model = "model-internals" in target.get("capabilities", [])
     unknown = sorted(set(expectations) - set(catalog.clauses))
     if unknown:

@@ -70,7 +70,7 @@ def test_run_info_keeps_the_endpoint_and_masks_every_key() -> None:
     from sbconform.html_report import render_html
     from sbspec import load_catalog
 
-    info = run_info(["serve=false", "secondary=Endpoint=sb://two.example/;SharedAccessKeyName=k;SharedAccessKey=K2SECRET"],
+    info = run_info("sdk", ["serve=false", "secondary=Endpoint=sb://two.example/;SharedAccessKeyName=k;SharedAccessKey=K2SECRET"],
                     "Endpoint=sb://one.example/;SharedAccessKeyName=root;SharedAccessKey=K1SECRET", None,
                     ["settlement"], 2, None, ["-k", "x"])
     assert info["endpoint"] == "sb://one.example/"
@@ -272,3 +272,16 @@ def test_compare_shows_a_clause_this_sbconforms_catalog_does_not_have() -> None:
 
     page = render_html([report], catalog, ["a"])
     assert 'id="SETTLE-NEW-999" data-area="?" data-level="SHOULD"' in page and 'value="?" checked' in page
+
+
+def test_a_run_stopped_before_any_test_process_reported_still_names_its_target() -> None:
+    """A run whose every test process --shard-timeout stopped wrote 'sbconform report: ?'."""
+    from sbconform.certify_outputs import run_info
+    from sbconform.report import build_report, render_markdown
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    info = run_info("reference", [], None, None, ["settlement"], 1, 3.0, [])
+    report = build_report({"target": {}, "tests": []}, catalog, incomplete="stopped", run=info)
+    assert report["target"]["name"] == "reference" and info["target"] == "reference"
+    assert render_markdown(report, catalog).startswith("# sbconform report: reference\n")
