@@ -31,7 +31,7 @@ from sbspec import load_catalog
 
 from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info, secrets_of, write_outputs
 from .coverage import collection_paths, kit_root
-from .report import build_report, clause_patterns, load_expectations, selects, summary_line
+from .report import area_line, build_report, clause_patterns, load_expectations, selects, summary_line
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, mask
@@ -227,8 +227,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     s = report["summary"]
     if not interactive:
         for area, counts in s["by_area"].items():
-            print(f"  {area}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("pass", "fail", "skip", "uncovered")),
-                  file=out)
+            print(area_line(area, counts), file=out)
     print(summary_line(report["target"].get("name", target), s) + "\n" + "\n".join(f"  {p}" for p in written),
           file=out, flush=True)
     if interrupted:

@@ -226,6 +226,7 @@ def build_report(
             summary[entry["grade"].replace("-", "_") + "_fail"] += 1
         area = summary["by_area"].setdefault(entry["area"], Counter())
         area[entry["status"]] += 1
+        area["not_selected"] += entry.get("selected") is False
     summary["by_area"] = {k: dict(v) for k, v in summary["by_area"].items()}
     summary["not_selected"] = sum(1 for e in clauses.values() if e.get("selected") is False)
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
@@ -271,6 +272,12 @@ def build_report(
 def skips(s: dict[str, Any]) -> str:
     """'200 skip (198 not selected)': the skips a narrowed run chose apart from those of the target."""
     return f"{s['skip']} skip" + (f" ({s['not_selected']} not selected)" if s.get("not_selected") else "")
+
+
+def area_line(area: str, counts: dict[str, Any]) -> str:
+    """'  paired: 0 pass, 0 fail, 40 skip (40 not selected), 0 uncovered': the console's line per area."""
+    return (f"  {area}: {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, "
+            f"{skips({'skip': counts.get('skip', 0), **counts})}, {counts.get('uncovered', 0)} uncovered")
 
 
 def summary_line(name: str, s: dict[str, Any]) -> str:
@@ -335,7 +342,8 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for area, counts in s["by_area"].items():
-        lines.append(f"| {area} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {counts.get('skip', 0)} | {counts.get('uncovered', 0)} |")
+        skipped = f"{counts.get('skip', 0)}" + (f" ({counts['not_selected']} not selected)" if counts.get("not_selected") else "")
+        lines.append(f"| {area} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {skipped} | {counts.get('uncovered', 0)} |")
     for area, info in catalog.areas.items():
         entries = [(cid, e) for cid, e in report["clauses"].items() if e["area"] == area]
         if not entries:

@@ -285,3 +285,13 @@ def test_a_run_stopped_before_any_test_process_reported_still_names_its_target()
     report = build_report({"target": {}, "tests": []}, catalog, incomplete="stopped", run=info)
     assert report["target"]["name"] == "reference" and info["target"] == "reference"
     assert render_markdown(report, catalog).startswith("# sbconform report: reference\n")
+
+
+def test_the_counts_per_area_tell_the_clauses_not_selected_apart(mutant_run) -> None:
+    """'paired: 0 pass, 0 fail, 40 skip' after --clause settlement read as 40 paired clauses the
+    target could not run."""
+    paired = mutant_run["json"]["summary"]["by_area"]["paired"]
+    assert paired["skip"] == paired["not_selected"] > 0
+    n = paired["not_selected"]
+    assert f"  paired: 0 pass, 0 fail, {n} skip ({n} not selected), 0 uncovered" in mutant_run["stdout"]
+    assert f"| paired | 0 | 0 | {n} ({n} not selected) | 0 |" in mutant_run["md"]
