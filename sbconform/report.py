@@ -425,10 +425,11 @@ def write_junit(report: dict[str, Any], path: Path) -> Path:
 
 
 def label(report: dict[str, Any], index: int = 0) -> str:
-    """A report's column label: the target's name and what tells it apart (endpoint, image, options)."""
+    """A report's column label: the target's name and what tells it apart (image, serve, endpoint)."""
     target = report.get("target", {})
     name = target.get("name", f"target{index + 1}")
-    extra = target.get("image") or ("serve" if "started by the target" in str(target.get("endpoint", "")) else "")
+    extra = target.get("image") or ("serve" if "started by the target" in str(target.get("endpoint", "")) else
+                                    str((report.get("run") or {}).get("endpoint") or ""))
     return f"{name} ({extra})" if extra else name
 
 

@@ -295,3 +295,14 @@ def test_the_counts_per_area_tell_the_clauses_not_selected_apart(mutant_run) -> 
     n = paired["not_selected"]
     assert f"  paired: 0 pass, 0 fail, {n} skip ({n} not selected), 0 uncovered" in mutant_run["stdout"]
     assert f"| paired | 0 | 0 | {n} ({n} not selected) | 0 |" in mutant_run["md"]
+
+
+def test_compare_labels_reports_of_one_target_by_their_endpoints() -> None:
+    """Two namespaces certified through the sdk target were 'sdk #1' and 'sdk #2': which was which?"""
+    from sbconform.report import build_report, compare
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    reports = [build_report({"target": {"name": "sdk"}, "tests": []}, catalog, run={"endpoint": f"sb://{ns}.example/"})
+               for ns in ("east", "west")]
+    assert "| clause | level | sdk (sb://east.example/) | sdk (sb://west.example/) |" in compare(reports, catalog)
