@@ -48,7 +48,7 @@ def run_info(target: str, options: Sequence[str], connection_string: str | None,
     args = [*(a for c in clauses for a in ("--clause", c)), *(a for o in options for a in ("--option", o)),
             *(["--expectations", str(expectations)] if expectations else []), "--jobs", str(jobs),
             *(["--shard-timeout", f"{shard_timeout:g}"] if shard_timeout else []), *(["--", *pytest_args] if pytest_args else [])]
-    return {"target": target, "endpoint": found[1].strip() if found else None, "options": [mask(o) for o in options],
+    return {"target": target, "endpoint": mask(found[1].strip()) if found else None, "options": [mask(o) for o in options],
             "clauses": list(clauses), "expectations": str(expectations) if expectations else None, "jobs": jobs,
             "shard_timeout": shard_timeout, "test_args": [mask(a) for a in pytest_args],
             "arguments": mask(shlex.join(args))}

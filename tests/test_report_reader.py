@@ -306,3 +306,10 @@ def test_compare_labels_reports_of_one_target_by_their_endpoints() -> None:
     reports = [build_report({"target": {"name": "sdk"}, "tests": []}, catalog, run={"endpoint": f"sb://{ns}.example/"})
                for ns in ("east", "west")]
     assert "| clause | level | sdk (sb://east.example/) | sdk (sb://west.example/) |" in compare(reports, catalog)
+
+
+def test_the_endpoint_of_a_connection_string_missing_a_semicolon_keeps_no_key() -> None:
+    from sbconform.certify_outputs import run_info
+
+    info = run_info("sdk", [], "Endpoint=sb://x.example/SharedAccessKeyName=k,SharedAccessKey=K3Y", None, [], 1, None, [])
+    assert "K3Y" not in json.dumps(info)
