@@ -144,8 +144,8 @@ def check_size(namespace: Any, path: str, size: int) -> None:
     """A message (or a batch) of ``size`` bytes as sent, for the entity at ``path``: refused
     (message-size-exceeded) past the entity's maximum message size. [quotas]: "The message size
     includes the size of properties (system and user) and the size of payload" (the batch's
-    limit is the same); the model measures only what it reads of a message, and bytes spent
-    elsewhere (a footer, annotations) would go unmeasured, past the limit and the entity's quota."""
+    limit is the same). Each message decoded carries its size as sent too (``Message.wire_size``),
+    which the model's limit and the entity's quota count (sbspec/wire.md 4)."""
     entity = namespace.entities.get(paths.entity_key(path))
     limit = None if entity is None else entity.description.max_message_size
     if limit is not None and size > limit:
