@@ -324,7 +324,7 @@ class Namespace(Routing, Idleness, Provisioning):
 
     def next_due(self) -> int | None:
         """The next instant at which time alone changes anything (lock expiry,
-        scheduled message, expiry), or ``None``. Targets wait on it."""
+        scheduled message, expiry, deletion on idle), or ``None``. Targets wait on it."""
         times = [t for t in (e.next_due() for e in self.entities.values()) if t is not None]
         if self._temporary and (idle := self.next_idle_deadline()) is not None:  # SETTLE-IDLE-001
             times.append(idle)
@@ -333,8 +333,9 @@ class Namespace(Routing, Idleness, Provisioning):
     def tick_due(self, now: int | None = None, keys: Iterable[str] | None = None) -> list[str]:
         """Let time act on every entity (or those keyed ``keys``, lower-case paths) with
         something due by ``now`` (default: the clock): lock expiries, scheduled messages,
-        expiries. Returns the keys of the entities it ticked, so that a server serves the
-        receivers waiting on them."""
+        expiries; and, whatever ``keys``, deletion on idle (SETTLE-IDLE-001). Returns the keys of
+        the entities it ticked or deleted (or took a subscription from), once each, so that a
+        server serves the receivers waiting on them."""
         now = self.clock.now if now is None else now
         changed = self.reap_idle(now) if self._temporary else []  # SETTLE-IDLE-001: deleted (their receivers find nothing)
         entities = self.entities
@@ -348,7 +349,8 @@ class Namespace(Routing, Idleness, Provisioning):
                 for store in entity.stores:
                     store.tick(now)
                     store.dead_letter_queue.tick(now)
-                changed.append(key)
+                if key not in changed:  # already there if it lost an idle subscription
+                    changed.append(key)
         return changed
 
     def lock_deadlines(self) -> list[int]:

@@ -252,3 +252,17 @@ def test_the_model_says_when_it_deletes_a_subscription_of_a_topic_whose_path_has
     ns.receive(conn, "a/t/Subscriptions/p")
     assert not ns.exists("a/t/Subscriptions/s")
     assert ns.auto_delete_at("a/t") == 4 * IDLE
+
+
+@pytest.mark.clauses("SETTLE-IDLE-003")
+def test_tick_due_names_a_topic_that_lost_an_idle_subscription_once() -> None:
+    ns, clock, conn = namespace()
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", auto_delete_on_idle=IDLE, lock_duration=IDLE)
+    ns.create_subscription("t", "kept", lock_duration=IDLE)
+    ns.send(conn, "t", Message(b"x"))
+    ns.receive(conn, "t/Subscriptions/kept")  # its lock expires when s is due for deletion
+    assert ns.next_due() == IDLE
+    clock.advance(IDLE)
+    assert ns.tick_due() == ["t"]
+    assert ns.exists("t/Subscriptions/kept") and not ns.exists("t/Subscriptions/s")
