@@ -1,6 +1,7 @@
-"""What ``sbconform certify`` writes besides the test run, checked before anything runs: the
-``--junit-xml`` and ``--html`` files and the ``--trace`` directory. A problem is one line
-(certify says it and exits 2, with no report), never found after a run of many minutes."""
+"""What ``sbconform certify`` writes besides the test run: the ``--junit-xml`` and ``--html`` files
+and the ``--trace`` directory, checked before anything runs (a problem is one line: certify says
+it and exits 2, with no report, never found after a run of many minutes); the run's description
+(``run_info``, keys masked) and the report files, written from one masked report (``write_outputs``)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def write_outputs(report: dict[str, Any], catalog: Any, report_dir: Path, junit_
                   html: Path | str | None, secrets: tuple[str, ...] = ()) -> list[Path]:
     """report.json, report.md, and the --junit-xml and --html files asked for, from one report
     whose keys and signatures are masked (``sbconform.secrets``) before any file is written."""
-    from .report import write_html, write_junit, write_report
+    from .report import write_html, write_report
     from .secrets import mask_value
 
     report = mask_value(report, secrets)
@@ -76,6 +77,49 @@ def write_outputs(report: dict[str, Any], catalog: Any, report_dir: Path, junit_
     if html:
         written.append(write_html([report], catalog, Path(html)))
     return written
+
+
+def write_junit(report: dict[str, Any], path: Path) -> Path:
+    """JUnit XML for CI systems: one test suite per area, one test case per clause (a failing
+    MUST is a failure; a failing SHOULD/MAY/INFO is reported in system-out, not failed;
+    skipped and uncovered clauses are skipped, with the reason)."""
+    import xml.etree.ElementTree as ET
+
+    name = report["target"].get("name", "target")
+    s = report["summary"]
+    root = ET.Element("testsuites", name=f"sbconform {name}", tests=str(s["total"]),
+                      failures=str(s.get("strict_fail", s["fail"])))
+    kit, run = report.get("kit") or {}, report.get("run") or {}
+    run_props = [(k, str(v)) for k, v in (("verdict", s.get("verdict")), ("sbconform", kit.get("sbconform")),
+                 ("catalog", kit.get("catalog")), ("finished", report.get("finished")), ("run", run.get("arguments")))
+                 if v is not None]  # in each suite (the schema has properties there): what a CI page shows of the run
+    by_area: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for cid, entry in report["clauses"].items():
+        by_area.setdefault(entry["area"], []).append((cid, entry))
+    for area, entries in by_area.items():
+        failures = sum(1 for _, e in entries if e.get("grade") == "strict")
+        skipped = sum(1 for _, e in entries if e["status"] in ("skip", "uncovered"))
+        suite = ET.SubElement(root, "testsuite", name=f"{name}.{area}", tests=str(len(entries)),
+                              failures=str(failures), errors=str(sum(1 for _, e in entries if e.get("unexpected_pass"))),
+                              skipped=str(skipped))
+        props = ET.SubElement(suite, "properties")
+        for key, value in run_props:
+            ET.SubElement(props, "property", name=key, value=value)
+        for cid, e in entries:
+            case = ET.SubElement(suite, "testcase", classname=f"{name}.{area}", name=f"{cid} [{e['level']}]")
+            reason = e.get("reason") or ""
+            if e["status"] == "fail" and e.get("grade") == "strict":
+                ET.SubElement(case, "failure", message=reason[:1000], type="MUST").text = reason
+            elif e.get("unexpected_pass"):  # the expectations file's error, not the target's failure
+                ET.SubElement(case, "error", message=reason[:1000], type="expectations").text = reason
+            elif e["status"] == "fail":
+                label = "expected failure" if e.get("expected") else f"{e.get('grade')} failure ({e['level']})"
+                ET.SubElement(case, "system-out").text = f"{label}: {reason}"
+            elif e["status"] in ("skip", "uncovered"):
+                ET.SubElement(case, "skipped", message=(f"{e['status']}: {reason}")[:1000])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return path
 
 
 _unscoped: list = []

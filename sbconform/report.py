@@ -253,8 +253,13 @@ def build_report(
     else:
         partial = (f" for {graded} of {summary['total']} clauses graded ({summary['skip']} skipped, "
                    f"{summary['uncovered']} uncovered)") if graded < summary["total"] else ""
-        summary["verdict"] = "CERTIFIED" + partial if summary["certified"] else (
-            ("NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)") + stale)
+        must = summary["strict_fail"]
+        lesser = ", ".join(f"{n} {what}" for n, what in ((summary["non_strict_fail"], "SHOULD/MAY"),
+                                                        (summary["informational_fail"], "INFO")) if n)
+        summary["verdict"] = ("CERTIFIED" + partial + (f"; failing without failing certification: {lesser}" if lesser else "")
+                              if summary["certified"] else
+            (f"NOT CERTIFIED: {must} MUST clause{'s' if must > 1 else ''} failing" if must else
+             "NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)") + stale)
     from . import __version__
 
     return {
@@ -379,49 +384,6 @@ def write_report(report: dict[str, Any], catalog: Catalog, report_dir: Path,
     json_path.write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
     md_path.write_text(render_markdown(report, catalog), encoding="utf-8")
     return json_path, md_path
-
-
-def write_junit(report: dict[str, Any], path: Path) -> Path:
-    """JUnit XML for CI systems: one test suite per area, one test case per clause (a failing
-    MUST is a failure; a failing SHOULD/MAY/INFO is reported in system-out, not failed;
-    skipped and uncovered clauses are skipped, with the reason)."""
-    import xml.etree.ElementTree as ET
-
-    name = report["target"].get("name", "target")
-    s = report["summary"]
-    root = ET.Element("testsuites", name=f"sbconform {name}", tests=str(s["total"]),
-                      failures=str(s.get("strict_fail", s["fail"])))
-    kit, run = report.get("kit") or {}, report.get("run") or {}
-    run_props = [(k, str(v)) for k, v in (("verdict", s.get("verdict")), ("sbconform", kit.get("sbconform")),
-                 ("catalog", kit.get("catalog")), ("finished", report.get("finished")), ("run", run.get("arguments")))
-                 if v is not None]  # in each suite (the schema has properties there): what a CI page shows of the run
-    by_area: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for cid, entry in report["clauses"].items():
-        by_area.setdefault(entry["area"], []).append((cid, entry))
-    for area, entries in by_area.items():
-        failures = sum(1 for _, e in entries if e.get("grade") == "strict")
-        skipped = sum(1 for _, e in entries if e["status"] in ("skip", "uncovered"))
-        suite = ET.SubElement(root, "testsuite", name=f"{name}.{area}", tests=str(len(entries)),
-                              failures=str(failures), errors=str(sum(1 for _, e in entries if e.get("unexpected_pass"))),
-                              skipped=str(skipped))
-        props = ET.SubElement(suite, "properties")
-        for key, value in run_props:
-            ET.SubElement(props, "property", name=key, value=value)
-        for cid, e in entries:
-            case = ET.SubElement(suite, "testcase", classname=f"{name}.{area}", name=f"{cid} [{e['level']}]")
-            reason = e.get("reason") or ""
-            if e["status"] == "fail" and e.get("grade") == "strict":
-                ET.SubElement(case, "failure", message=reason[:1000], type="MUST").text = reason
-            elif e.get("unexpected_pass"):  # the expectations file's error, not the target's failure
-                ET.SubElement(case, "error", message=reason[:1000], type="expectations").text = reason
-            elif e["status"] == "fail":
-                label = "expected failure" if e.get("expected") else f"{e.get('grade')} failure ({e['level']})"
-                ET.SubElement(case, "system-out").text = f"{label}: {reason}"
-            elif e["status"] in ("skip", "uncovered"):
-                ET.SubElement(case, "skipped", message=(f"{e['status']}: {reason}")[:1000])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
-    return path
 
 
 def label(report: dict[str, Any], index: int = 0) -> str:

@@ -105,7 +105,7 @@ def test_a_must_failure_fails_certification() -> None:
     report = build_report(run(result("fail", must, reason="lost")), CATALOG)
     assert report["clauses"][must]["grade"] == "strict"
     assert report["summary"]["strict_fail"] == 1 and report["summary"]["passed"] is False
-    assert report["summary"]["certified"] is False and report["summary"]["verdict"] == "NOT CERTIFIED"
+    assert report["summary"]["certified"] is False and report["summary"]["verdict"] == "NOT CERTIFIED: 1 MUST clause failing"
 
 
 def test_an_unexpected_pass_blocks_certification_whatever_the_level_without_being_a_failure(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_an_unexpected_pass_blocks_certification_whatever_the_level_without_bein
 
 
 def test_junit_reports_an_unexpected_pass_as_an_error_of_the_expectations_not_a_must_failure(tmp_path: Path) -> None:
-    from sbconform.report import write_junit
+    from sbconform.certify_outputs import write_junit
 
     path = tmp_path / "expect.toml"
     path.write_text(f'[clauses."{B}"]\nstatus = "fail"\nreason = "x"\n')
@@ -149,7 +149,7 @@ def test_an_incomplete_run_certifies_nothing() -> None:
 def test_junit_xml_has_one_test_case_per_clause(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
-    from sbconform.report import write_junit
+    from sbconform.certify_outputs import write_junit
 
     should = _level("SHOULD")
     report = build_report(run(result("pass", A), result("fail", B, reason="boom"), result("fail", should)), CATALOG)

@@ -313,3 +313,21 @@ def test_the_endpoint_of_a_connection_string_missing_a_semicolon_keeps_no_key() 
 
     info = run_info("sdk", [], "Endpoint=sb://x.example/SharedAccessKeyName=k,SharedAccessKey=K3Y", None, [], 1, None, [])
     assert "K3Y" not in json.dumps(info)
+
+
+def test_the_verdict_says_which_failures_it_rests_on() -> None:
+    """'NOT CERTIFIED' said nothing of why, and 'CERTIFIED' nothing of the SHOULD clauses failing."""
+    from sbconform.report import build_report
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    by_level = {c.level: cid for cid, c in catalog.clauses.items()}
+
+    def verdict(*failing: str) -> str:
+        tests = [{"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
+                  "outcome": "fail" if cid in failing else "pass", "reason": "x"} for cid in catalog.clauses]
+        return build_report({"target": {"name": "t"}, "tests": tests}, catalog)["summary"]["verdict"]
+
+    assert verdict(by_level["MUST"]) == "NOT CERTIFIED: 1 MUST clause failing"
+    assert verdict(by_level["SHOULD"], by_level["INFO"]) == "CERTIFIED; failing without failing certification: 1 SHOULD/MAY, 1 INFO"
+    assert verdict() == "CERTIFIED"
