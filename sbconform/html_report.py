@@ -116,7 +116,9 @@ def _cell(entry: dict[str, Any] | None) -> str:
     if status == "pass" and entry.get("subject") == "client" and entry.get("reason"):
         label += " (the kit's client)"  # report.CLIENT_PASS: the target supports it, does not implement it
     scenarios = "".join(_scenario(sc) for sc in entry.get("scenarios", []))
-    reason = html.escape(entry.get("reason") or "")
+    from .report import expected_note
+
+    reason = html.escape("; ".join(filter(None, (expected_note(entry), entry.get("reason")))))
     body = (f"<details><summary>{html.escape(label)}</summary><p>{reason}</p><ul>{scenarios}</ul></details>"
             if scenarios or reason else html.escape(label))
     return f'<td class="{" ".join(classes)}" data-status="{status}">{body}</td>'

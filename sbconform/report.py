@@ -126,9 +126,10 @@ def load_expectations(path: Path | str | None) -> dict[str, dict[str, str]]:
         extra = sorted(set(entry) - {"status", "reason", "source"})
         if extra:
             raise ValueError(f"{path}: clause {cid}: unknown key(s) {', '.join(extra)}; expected status, reason, source")
-        if not isinstance(entry.get("reason", ""), str):
-            raise ValueError(f"{path}: clause {cid}: reason must be text, got {entry['reason']!r}")
-        out[cid] = {"status": status, "reason": entry.get("reason", "")}
+        for key in ("reason", "source"):
+            if not isinstance(entry.get(key, ""), str):
+                raise ValueError(f"{path}: clause {cid}: {key} must be text, got {entry[key]!r}")
+        out[cid] = {"status": status, "reason": entry.get("reason", ""), **({"source": entry["source"]} if entry.get("source") else {})}
     return out
 
 
@@ -274,6 +275,14 @@ def build_report(
     }
 
 
+def expected_note(entry: dict[str, Any]) -> str:
+    """Why a clause was expected to fail or skip (the expectations file's reason and source), else ''."""
+    if not entry.get("expected"):
+        return ""
+    e = entry.get("expectation") or {}
+    return f"expected (--expectations): {e.get('reason') or 'no reason given'}" + (f" ({e['source']})" if e.get("source") else "")
+
+
 def skips(s: dict[str, Any]) -> str:
     """'200 skip (198 not selected)': the skips a narrowed run chose apart from those of the target."""
     return f"{s['skip']} skip" + (f" ({s['not_selected']} not selected)" if s.get("not_selected") else "")
@@ -358,7 +367,7 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
             status = e["status"] + (" (expected)" if e.get("expected") and e["status"] == "fail" else
                                     " (unexpected: update the expectations)" if e.get("unexpected_pass") else
                                     f" ({e['grade']})" if e.get("grade") else "")
-            reason = (e.get("reason") or "").replace("|", "\\|").replace("\n", " ")
+            reason = "; ".join(filter(None, (expected_note(e), e.get("reason")))).replace("|", "\\|").replace("\n", " ")
             lines.append(f"| {cid} | {e['level']} | {status} | {reason[:300]} |")
     failing = [(cid, e) for cid, e in report["clauses"].items() if e["status"] == "fail"]
     if failing:

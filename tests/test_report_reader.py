@@ -144,15 +144,19 @@ def test_compare_refuses_reports_of_different_catalogs(mutant_run, tmp_path, cap
     assert f"catalog {mutant_run['json']['kit']['catalog']}" in out
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00\xff garbage", b"[1, 2]", b'{"target": {}, "clauses": {}}'])
+@pytest.mark.parametrize("content", [b"", b"\x00\xff garbage", b"[1, 2]", b'{"target": {}, "clauses": {}}',
+                                     b'{"target": {}, "summary": {}, "kit": [1], "clauses": {}}',
+                                     b'{"target": {}, "summary": {}, "clauses": {"X": {"status": "fail", "expected": true, '
+                                     b'"expectation": "oops"}}}'])
 def test_compare_refuses_garbage_in_one_line(tmp_path, capsys, content) -> None:
     from sbconform.cli import main
 
     path = tmp_path / "report.json"
     path.write_bytes(content)
-    assert main(["compare", str(path)]) == 2
+    assert main(["compare", str(path), "--html", str(tmp_path / "c.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "Traceback" not in err[0], err
+    assert not (tmp_path / "c.html").exists()
 
 
 def test_a_certified_verdict_says_how_much_of_the_catalog_was_graded() -> None:
@@ -331,3 +335,23 @@ def test_the_verdict_says_which_failures_it_rests_on() -> None:
     assert verdict(by_level["MUST"]) == "NOT CERTIFIED: 1 MUST clause failing"
     assert verdict(by_level["SHOULD"], by_level["INFO"]) == "CERTIFIED; failing without failing certification: 1 SHOULD/MAY, 1 INFO"
     assert verdict() == "CERTIFIED"
+
+
+def test_an_expected_failure_shows_why_it_was_expected(tmp_path) -> None:
+    """report.md and the HTML page said 'fail (expected)' with the failure, never the expectations
+    file's reason nor its source: the reader could not tell a known gap from a waved-away bug."""
+    from sbconform.html_report import render_html
+    from sbconform.report import build_report, load_expectations, render_markdown
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    path = tmp_path / "e.toml"
+    path.write_text(f'[clauses."{CLAUSES[0]}"]\nstatus = "fail"\nreason = "the proxy keeps locks"\nsource = "issue 7"\n')
+    test = {"nodeid": "t::x", "name": "x", "kind": "scenario", "clauses": [CLAUSES[0]], "uses_target": True,
+            "outcome": "fail", "reason": "receiver B got m1"}
+    report = build_report({"target": {"name": "t"}, "tests": [test]}, catalog, load_expectations(path))
+    assert report["clauses"][CLAUSES[0]]["expectation"] == {"status": "fail", "reason": "the proxy keeps locks",
+                                                             "source": "issue 7"}
+    for text in (render_markdown(report, catalog), render_html([report], catalog, ["t"])):
+        assert "expected (--expectations): the proxy keeps locks (issue 7)" in text
+        assert "receiver B got m1" in text

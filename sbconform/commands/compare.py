@@ -46,6 +46,8 @@ def report_problem(data: Any) -> str | None:
             return f"clauses.{cid} must be an object with a status, got {got(entry)}"
         if entry.get("status") not in STATUSES:
             return f"clauses.{cid}.status must be one of {', '.join(STATUSES)}, got {got(entry.get('status'))}"
+        if entry.get("expectation") is not None and not isinstance(entry["expectation"], dict):
+            return f"clauses.{cid}.expectation must be an object, got {got(entry['expectation'])}"
         for key in ("reason", "grade", "subject"):
             if entry.get(key) is not None and not isinstance(entry[key], str):
                 return f"clauses.{cid}.{key} must be text, got {got(entry[key])}"
