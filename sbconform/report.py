@@ -453,6 +453,8 @@ def compare(reports: list[dict[str, Any]], catalog: Catalog, only_differences: b
     for status in STATUSES:
         lines.append(f"| {status} | " + " | ".join(str(r["summary"].get(status, 0)) for r in reports) + " |")
     lines.append("| of the skips, not selected | " + " | ".join(str(r["summary"].get("not_selected", "?")) for r in reports) + " |")
+    lines.append("| finished | " + " | ".join(str(r.get("finished") or "? (did not finish)") for r in reports) + " |")
+    lines.append("| sbconform | " + " | ".join(str((r.get("kit") or {}).get("sbconform", "?")) for r in reports) + " |")
     lines.append("| MUST failures | " + " | ".join(str(r["summary"].get("strict_fail", "?")) for r in reports) + " |")
     lines.append("| verdict | " + " | ".join(str(r["summary"].get("verdict") or
                                                  ("CERTIFIED" if r["summary"].get("certified") else "NOT CERTIFIED"))

@@ -355,3 +355,16 @@ def test_an_expected_failure_shows_why_it_was_expected(tmp_path) -> None:
     for text in (render_markdown(report, catalog), render_html([report], catalog, ["t"])):
         assert "expected (--expectations): the proxy keeps locks (issue 7)" in text
         assert "receiver B got m1" in text
+
+
+def test_compare_says_when_and_by_which_sbconform_each_report_was_made() -> None:
+    from sbconform.report import build_report, compare
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    old, new = (build_report({"target": {"name": n}, "tests": [], "finished": f"2026-0{i}-01T00:00:00Z"}, catalog)
+                for i, n in ((1, "a"), (2, "b")))
+    old["kit"]["sbconform"] = "0.0.9"
+    text = compare([old, new], catalog)
+    assert "| finished | 2026-01-01T00:00:00Z | 2026-02-01T00:00:00Z |" in text
+    assert f"| sbconform | 0.0.9 | {new['kit']['sbconform']} |" in text
