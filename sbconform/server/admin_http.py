@@ -19,10 +19,10 @@ Every request carries a shared access signature in ``Authorization``, checked as
 put-token (key, signature, expiry, audience covering the path). Errors are Service Bus's:
 status code and ``<Error><Code>..</Code><Detail>..</Detail></Error>``.
 
-The XML lives in ``atom.py`` (rules: ``atom_rules.py``). The namespace model is single-threaded and belongs to the AMQP server's loop: each request
-runs its model part there (``Server.call_soon``) and waits for the answer; only the XML is
-made on the HTTP thread. Rules are the model's (``sbreference/rules.py``): a rule created here
-filters what is sent over AMQP, and the AMQP rule operations see it.
+The XML lives in ``atom.py`` (rules: ``atom_rules.py``); the model side in ``admin_api.py``. The
+namespace model is single-threaded and belongs to the AMQP server's loop: each request runs its
+model part there (``Server.call_soon``) and waits for the answer; only the XML is made on the HTTP
+thread.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sbreference import ErrorCode, Rule, ServiceBusError, paths
-from sbreference.rules import RuleSet
+from sbreference import ErrorCode, ServiceBusError
 
 from ..amqp.codec import status_of
+from .admin_api import AdminApi
 from .atom import HttpError, empty_feed, entry_xml, error_xml, feed_xml, namespace_xml, parse_description
 from .atom_rules import parse_default_rule, parse_rule, rule_entry_xml, rule_feed_xml
 from ..amqp.sas import TokenError, check_token
@@ -51,175 +51,6 @@ MAX_BODY = 256 * 1024
 MAX_CLIENTS = 64
 #: how long a request waits for the model's answer
 CALL_TIMEOUT = 30.0
-# ---------------------------------------------------------------- the API
-class AdminApi:
-    """The model side: every method runs on the AMQP server's loop thread."""
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        #: path (lower case) -> {"created": ms, "updated": ms, "extras": {element: text}}
-        self.meta: dict[str, dict[str, Any]] = {}
-
-    # -- helpers
-    @property
-    def ns(self):
-        return self.server.namespace
-
-    def _now(self) -> int:
-        return self.server.clock.epoch_ms + self.server.clock.now
-
-    def _meta(self, path: str) -> dict[str, Any]:
-        key = path.lower()
-        if key not in self.meta:
-            self.meta[key] = {"created": self.server.clock.epoch_ms, "updated": self.server.clock.epoch_ms, "extras": {}}
-        return self.meta[key]
-
-    def _kind(self, path: str) -> str | None:
-        """queue, topic or subscription; None if there is none at ``path`` (a queue's or topic's
-        name may hold slashes: ``a/b/c``)."""
-        parsed = paths.parse(path)
-        entity = self.ns.entities.get(parsed.key)
-        if entity is None or parsed.dead_letter:
-            return None
-        if parsed.subscription is not None:
-            subs = getattr(entity, "subscriptions", None)
-            return "subscription" if subs is not None and parsed.subscription_key in subs else None
-        return entity.kind
-
-    def _name(self, path: str) -> str:
-        """The entity's own spelling of its path."""
-        parsed = paths.parse(path)
-        entity = self.ns.entities[parsed.key]
-        if parsed.subscription is not None:
-            return entity.subscriptions[parsed.subscription_key].path
-        return entity.path
-
-    # -- reads
-    def describe(self, path: str) -> dict[str, Any] | None:
-        """Everything an entry shows about one entity, or None if there is none."""
-        kind = self._kind(path)
-        if kind is None:
-            return None
-        d = self.ns.describe(path)
-        info = self.ns.runtime_info(path)
-        meta = self._meta(path)
-        out = {"kind": kind, "path": self._name(path), "description": d, "info": info,
-               "created": meta["created"], "updated": meta["updated"], "extras": dict(meta["extras"])}
-        if kind == "topic":
-            out["subscription_count"] = len(self.ns.entities[path.lower()].subscriptions)
-        return out
-
-    def list(self, kind: str, skip: int, top: int, topic: str | None = None) -> list[dict[str, Any]]:
-        if topic is not None:
-            entity = self.ns.entities.get(topic.lower())
-            if entity is None or entity.kind != "topic":
-                raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{topic}' could not be found.")
-            paths = [s.path for s in entity.subscriptions.values()]
-        else:
-            paths = [e.path for e in self.ns.entities.values() if e.kind == kind]
-        paths.sort(key=str.lower)
-        return [self.describe(p) for p in paths[skip:skip + top]]
-
-    def namespace(self) -> dict[str, Any]:
-        return {"name": self.ns.name if hasattr(self.ns, "name") else self.server.config.namespace_name,
-                "sku": str(getattr(self.ns, "sku", self.server.config.sku)), "created": self.server.clock.epoch_ms}
-
-    # -- writes
-    def create(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str], default_rule: Any = None) -> dict[str, Any]:
-        if self._kind(path) is not None or (kind != "subscription" and path.lower() in self.ns.entities):
-            raise ServiceBusError(ErrorCode.ENTITY_ALREADY_EXISTS, f"The messaging entity '{path}' already exists.")
-        if kind == "queue":
-            self.ns.create_queue(path, **props)
-        elif kind == "topic":
-            self.ns.create_topic(path, **props)
-        else:
-            parsed = paths.parse(path)
-            topic, name = parsed.entity, str(parsed.subscription)
-            if default_rule is not None:
-                RuleSet([default_rule])  # checked (SQL, name) before the subscription exists
-            self.ns.create_subscription(topic, name, **props)
-            if default_rule is not None:  # created with this rule instead of $Default's true filter
-                self.ns.remove_rule(path, "$Default")
-                self.ns.add_rule(path, default_rule)
-        self.meta.pop(path.lower(), None)
-        meta = self._meta(path)
-        meta["created"] = meta["updated"] = self._now()
-        meta["extras"] = extras
-        log.info("entity created: %s '%s'", kind, path)
-        return self.describe(path)
-
-    def update(self, path: str, kind: str, props: dict[str, Any], extras: dict[str, str]) -> dict[str, Any]:
-        found = self._kind(path)
-        if found is None:
-            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
-        if found != kind:
-            raise HttpError(400, f"'{path}' is a {found}, not a {kind}")
-        current = self.ns.describe(path)
-        changes = {k: v for k, v in props.items() if getattr(current, k) != v}
-        if changes:
-            self.ns.update(path, **changes)
-            self.server._mark_all_dirty()
-        meta = self._meta(path)
-        meta["updated"] = self._now()
-        meta["extras"] = extras
-        log.info("entity updated: %s '%s' %s", kind, path, sorted(changes))
-        return self.describe(path)
-
-    def delete(self, path: str) -> None:
-        kind = self._kind(path)
-        if kind is None:
-            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
-        self.ns.delete(path)
-        for key in [k for k in self.meta if k == path.lower() or k.startswith(path.lower() + "/")]:
-            del self.meta[key]
-        self.server._mark_all_dirty()
-        log.info("entity deleted: %s '%s'", kind, path)
-
-    # -- rules (sbreference/rules.py: a subscription's RuleSet, names case-insensitive)
-    def _subscription(self, path: str) -> Any:
-        if self._kind(path) != "subscription":
-            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{path}' could not be found.")
-        return self.ns.subscription(path)
-
-    def _rule_found(self, sub_path: str, rule: Any) -> dict[str, Any]:
-        meta = self._meta(f"{sub_path}/Rules/{rule.name}")
-        return {"path": f"{self._name(sub_path)}/Rules/{rule.name}", "rule": rule,
-                "created": meta["created"], "updated": meta["updated"]}
-
-    def rule(self, sub_path: str, name: str) -> dict[str, Any]:
-        for rule in self.ns.list_rules(self._subscription(sub_path).path):
-            if rule.name.lower() == name.lower():
-                return self._rule_found(sub_path, rule)
-        raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The rule '{name}' of '{sub_path}' could not be found.")
-
-    def rules(self, sub_path: str, skip: int, top: int) -> list[dict[str, Any]]:
-        rules = self.ns.list_rules(self._subscription(sub_path).path)  # in the order they were added, as Service Bus lists them
-        return [self._rule_found(sub_path, r) for r in rules[skip:skip + top]]
-
-    def create_rule(self, sub_path: str, rule: Any) -> dict[str, Any]:
-        self.ns.add_rule(self._subscription(sub_path).path, rule)  # 409 if it exists; SQL checked (400)
-        self.meta.pop(f"{sub_path}/Rules/{rule.name}".lower(), None)
-        meta = self._meta(f"{sub_path}/Rules/{rule.name}")
-        meta["created"] = meta["updated"] = self._now()
-        log.info("rule created: '%s' on '%s'", rule.name, sub_path)
-        return self.rule(sub_path, rule.name)
-
-    def update_rule(self, sub_path: str, rule: Any) -> dict[str, Any]:
-        """The rule replaced in place (it keeps its place among the subscription's rules)."""
-        rules = self._subscription(sub_path).rules
-        key = rule.name.lower()
-        if key not in rules.rules:
-            raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The rule '{rule.name}' of '{sub_path}' could not be found.")
-        checked = RuleSet([rule]).list()[0]  # the model's own checks (name, SQL) before anything changes
-        rules.rules[key] = Rule(rules.rules[key].name, checked.filter, checked.action)
-        self._meta(f"{sub_path}/Rules/{rule.name}")["updated"] = self._now()
-        log.info("rule updated: '%s' on '%s'", rule.name, sub_path)
-        return self.rule(sub_path, rule.name)
-
-    def delete_rule(self, sub_path: str, name: str) -> None:
-        self.ns.remove_rule(self._subscription(sub_path).path, name)  # 404 if there is none
-        self.meta.pop(f"{sub_path}/Rules/{name}".lower(), None)
-        log.info("rule deleted: '%s' on '%s'", name, sub_path)
 
 
 # ------------------------------------------------------------------- HTTP
