@@ -19,6 +19,12 @@ MUTANT = "mutant-complete-ignored"
 CLAUSES = ("SETTLE-COMP-001", "SETTLE-COMP-002")
 
 
+def scenario(cid: str, outcome: str, reason: str = "") -> dict:
+    """One test result of a clause, as the plugin writes it."""
+    return {"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
+            "outcome": outcome, "reason": reason}
+
+
 @pytest.fixture(scope="module")
 def mutant_run(tmp_path_factory) -> dict:
     """One narrowed certification of a target that ignores complete: its files and console."""
@@ -166,9 +172,8 @@ def test_a_certified_verdict_says_how_much_of_the_catalog_was_graded() -> None:
     from sbspec import load_catalog
 
     catalog = load_catalog()
-    tests = [{"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
-              "outcome": "pass" if cid == CLAUSES[0] else "skip",
-              "reason": "" if cid == CLAUSES[0] else "target 't' lacks capability 'x'"} for cid in catalog.clauses]
+    tests = [scenario(cid, "pass") if cid == CLAUSES[0] else scenario(cid, "skip", "target 't' lacks capability 'x'")
+             for cid in catalog.clauses]
     s = build_report({"target": {"name": "t"}, "tests": tests}, catalog)["summary"]
     total = len(catalog.clauses)
     assert s["certified"] and s["verdict"] == f"CERTIFIED for 1 of {total} clauses graded ({total - 1} skipped, 0 uncovered)"
@@ -223,8 +228,7 @@ def test_a_key_in_a_failure_reason_is_masked_in_every_file_certify_writes(tmp_pa
     from sbspec import load_catalog
 
     catalog = load_catalog()
-    test = {"nodeid": "t::x", "name": "x", "kind": "scenario", "clauses": [CLAUSES[0]], "uses_target": True,
-            "outcome": "fail", "reason": "refused: token made with S3CR3TKEY== expired"}
+    test = scenario(CLAUSES[0], "fail", "refused: token made with S3CR3TKEY== expired")
     report = build_report({"target": {"name": "sdk"}, "tests": [test]}, catalog)
     written = write_outputs(report, catalog, tmp_path / "r", tmp_path / "j.xml", tmp_path / "p.html", ("S3CR3TKEY==",))
     assert len(written) == 4
@@ -250,9 +254,6 @@ def test_compare_tells_a_clause_not_selected_from_one_the_target_could_not_run()
     from sbspec import load_catalog
 
     catalog = load_catalog()
-    def scenario(cid, outcome, reason=""):
-        return {"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
-                "outcome": outcome, "reason": reason}
     narrowed = build_report({"target": {"name": "a"}, "selection": [CLAUSES[0]], "tests": [scenario(CLAUSES[0], "pass")]},
                             catalog)
     lacking = build_report({"target": {"name": "b"}, "tests": [scenario(CLAUSES[0], "pass"),
@@ -328,8 +329,7 @@ def test_the_verdict_says_which_failures_it_rests_on() -> None:
     by_level = {c.level: cid for cid, c in catalog.clauses.items()}
 
     def verdict(*failing: str) -> str:
-        tests = [{"nodeid": f"t::{cid}", "name": cid, "kind": "scenario", "clauses": [cid], "uses_target": True,
-                  "outcome": "fail" if cid in failing else "pass", "reason": "x"} for cid in catalog.clauses]
+        tests = [scenario(cid, "fail" if cid in failing else "pass", "x") for cid in catalog.clauses]
         return build_report({"target": {"name": "t"}, "tests": tests}, catalog)["summary"]["verdict"]
 
     assert verdict(by_level["MUST"]) == "NOT CERTIFIED: 1 MUST clause failing"
@@ -347,8 +347,7 @@ def test_an_expected_failure_shows_why_it_was_expected(tmp_path) -> None:
     catalog = load_catalog()
     path = tmp_path / "e.toml"
     path.write_text(f'[clauses."{CLAUSES[0]}"]\nstatus = "fail"\nreason = "the proxy keeps locks"\nsource = "issue 7"\n')
-    test = {"nodeid": "t::x", "name": "x", "kind": "scenario", "clauses": [CLAUSES[0]], "uses_target": True,
-            "outcome": "fail", "reason": "receiver B got m1"}
+    test = scenario(CLAUSES[0], "fail", "receiver B got m1")
     report = build_report({"target": {"name": "t"}, "tests": [test]}, catalog, load_expectations(path))
     assert report["clauses"][CLAUSES[0]]["expectation"] == {"status": "fail", "reason": "the proxy keeps locks",
                                                              "source": "issue 7"}
