@@ -358,6 +358,14 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
     for area, counts in s["by_area"].items():
         skipped = f"{counts.get('skip', 0)}" + (f" ({counts['not_selected']} not selected)" if counts.get("not_selected") else "")
         lines.append(f"| {area} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {skipped} | {counts.get('uncovered', 0)} |")
+    ungraded: dict[tuple[str, str], list[str]] = {}  # what was not tested, and why, in a few rows
+    for cid, e in report["clauses"].items():
+        if e["status"] in ("skip", "uncovered"):
+            ungraded.setdefault((e["status"], (e.get("reason") or "?").replace("|", "\\|").replace("\n", " ")[:200]), []).append(cid)
+    if ungraded:
+        lines += ["", "## Not graded", "", "| status | why | clauses | which |", "|---|---|---:|---|"]
+        lines += [f"| {status} | {why} | {len(ids)} | {', '.join(ids[:8])}{', ...' if len(ids) > 8 else ''} |"
+                  for (status, why), ids in sorted(ungraded.items(), key=lambda item: -len(item[1]))]
     for area, info in catalog.areas.items():
         entries = [(cid, e) for cid, e in report["clauses"].items() if e["area"] == area]
         if not entries:

@@ -367,3 +367,17 @@ def test_compare_says_when_and_by_which_sbconform_each_report_was_made() -> None
     text = compare([old, new], catalog)
     assert "| finished | 2026-01-01T00:00:00Z | 2026-02-01T00:00:00Z |" in text
     assert f"| sbconform | 0.0.9 | {new['kit']['sbconform']} |" in text
+
+
+def test_report_md_sums_up_what_was_not_graded_and_why() -> None:
+    """What was not tested was only findable clause by clause in 216 rows."""
+    from sbconform.report import build_report, render_markdown
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    lacking = [cid for cid in catalog.clauses if cid not in CLAUSES][:3]
+    tests = [scenario(cid, "pass") for cid in CLAUSES] + [scenario(cid, "skip", "target 't' lacks 'x'") for cid in lacking]
+    md = render_markdown(build_report({"target": {"name": "t"}, "tests": tests}, catalog), catalog)
+    section = md[md.index("## Not graded"):]
+    assert f"| skip | target 't' lacks 'x' | 3 | {', '.join(lacking)} |" in section
+    assert f"| uncovered | no scenario or test names this clause | {len(catalog.clauses) - 5} |" in section
