@@ -124,12 +124,12 @@ def _cell(entry: dict[str, Any] | None) -> str:
     return f'<td class="{" ".join(classes)}" data-status="{status}">{body}</td>'
 
 
-def _statement(clause: Any) -> str:
+def _statement(clause: Any, catalog: Catalog) -> str:
     """The kit's statement, then what the documentation says and where (the catalog's sources)."""
-    from .report import sources_of
+    from .report import cite, sources_of
 
-    quotes = "".join(f"<blockquote>{html.escape(s['quote'])} <cite>{html.escape(s['source'])}</cite></blockquote>"
-                     for s in sources_of(clause))
+    quotes = "".join(f"<blockquote>{html.escape(s['quote'])} <cite>{html.escape(cite(s))}</cite></blockquote>"
+                     for s in sources_of(clause, catalog))
     return html.escape(clause.text) + (f"<details><summary>source</summary>{quotes}</details>" if quotes else "")
 
 
@@ -150,7 +150,7 @@ def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[st
             f'<tr class="clause" id="{html.escape(cid)}" data-area="{html.escape(area)}" '
             f'data-level="{html.escape(level)}" data-statuses="{statuses}">'
             f"<td><a href=\"#{html.escape(cid)}\">{html.escape(cid)}</a></td><td>{html.escape(area)}</td>"
-            f"<td>{html.escape(level)}</td><td>{_statement(catalog.clauses[cid]) if cid in catalog.clauses else html.escape(text)}</td>"
+            f"<td>{html.escape(level)}</td><td>{_statement(catalog.clauses[cid], catalog) if cid in catalog.clauses else html.escape(text)}</td>"
             + "".join(_cell(e) for e in entries) + "</tr>")
     summaries = "".join(
         f"<li><b>{html.escape(label)}</b>: {html.escape(str(r['summary'].get('verdict', '')))} — "

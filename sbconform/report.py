@@ -77,9 +77,15 @@ def catalog_version(catalog: Catalog) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-def sources_of(clause: Any) -> list[dict[str, str]]:
-    """Where a clause comes from: each source's seed and section (or page) and its verbatim quote."""
-    return [{"source": s.describe(), "quote": s.quote, **({"url": s.url} if s.url else {})} for s in clause.sources]
+def sources_of(clause: Any, catalog: Catalog) -> list[dict[str, str]]:
+    """Where a clause comes from: each source's seed and section (or page), the seed's title, its verbatim quote."""
+    return [{"source": s.describe(), "quote": s.quote, **({"url": s.url} if s.url else {}),
+             **({"title": catalog.seeds[s.seed]} if s.seed in catalog.seeds else {})} for s in clause.sources]
+
+
+def cite(source: dict[str, str]) -> str:
+    """'Message transfers, locks and settlement (French, 2017): 004_....txt', or the source alone."""
+    return f"{source['title']}: {source['source']}" if source.get("title") else source["source"]
 
 
 def clause_patterns(args: list[str]) -> list[str]:
@@ -164,7 +170,7 @@ def build_report(
     for cid, clause in catalog.clauses.items():
         tests = by_clause.get(cid, [])
         if selection and not any(selects(p, clause) for p in selection):
-            clauses[cid] = {"area": clause.area, "level": clause.level, "text": clause.text, "sources": sources_of(clause),
+            clauses[cid] = {"area": clause.area, "level": clause.level, "text": clause.text, "sources": sources_of(clause, catalog),
                             "scenarios": [], "status": "skip", "selected": False,
                             "reason": f"not selected (--clause {' '.join(selection)})"}
             continue
@@ -174,7 +180,7 @@ def build_report(
             "level": clause.level,
             "subject": subject_of(clause),
             "text": clause.text,
-            "sources": sources_of(clause),
+            "sources": sources_of(clause, catalog),
             "scenarios": [
                 {"name": t["name"], "id": t["nodeid"], "kind": t["kind"], "outcome": t["outcome"], "reason": t.get("reason", "")}
                 for t in tests
@@ -382,7 +388,7 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
         lines += ["", "## Failures in detail", ""]
         for cid, e in failing:
             lines.append(f"### {cid} ({e['level']}): {e['text']}")
-            lines += [f"> {' '.join(src['quote'].split())} ({src['source']})" for src in e.get("sources", [])] + [""]
+            lines += [f"> {' '.join(src['quote'].split())} ({cite(src)})" for src in e.get("sources", [])] + [""]
             for sc in e["scenarios"]:
                 if sc["outcome"] in ("fail", "xpass"):
                     lines.append(f"- `{sc['id']}`: {sc['reason']}")

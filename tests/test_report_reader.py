@@ -94,7 +94,8 @@ def test_each_clause_carries_its_level_quote_and_source(mutant_run) -> None:
     clause = load_catalog().clauses[CLAUSES[0]]
     entry = mutant_run["json"]["clauses"][CLAUSES[0]]
     assert entry["level"] == "MUST"
-    assert entry["sources"] == [{"source": s.describe(), "quote": s.quote, **({"url": s.url} if s.url else {})}
+    assert entry["sources"] == [{"source": s.describe(), "quote": s.quote, **({"url": s.url} if s.url else {}),
+                                 **({"title": load_catalog().seeds[s.seed]} if s.seed in load_catalog().seeds else {})}
                                 for s in clause.sources]
     quote = clause.sources[0].quote
     import html as H
@@ -381,3 +382,15 @@ def test_report_md_sums_up_what_was_not_graded_and_why() -> None:
     section = md[md.index("## Not graded"):]
     assert f"| skip | target 't' lacks 'x' | 3 | {', '.join(lacking)} |" in section
     assert f"| uncovered | no scenario or test names this clause | {len(catalog.clauses) - 5} |" in section
+
+
+def test_a_quotes_source_is_named_by_its_documents_title_not_only_its_file(mutant_run) -> None:
+    """'(004_63e6cc90d25a5256.txt)' told the reader nothing of where the quote comes from."""
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    source = catalog.clauses[CLAUSES[0]].sources[0]
+    assert source.seed and catalog.seeds[source.seed]
+    entry = mutant_run["json"]["clauses"][CLAUSES[0]]["sources"][0]
+    assert entry["title"] == catalog.seeds[source.seed]
+    assert f"({catalog.seeds[source.seed]}: {source.describe()})" in mutant_run["md"]
