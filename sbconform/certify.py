@@ -219,7 +219,8 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
 
         covered = {use.clause for use in check(root, catalog=catalog).uses}
     report = build_report(raw, catalog, expected, covered, narrowed=bool(pytest_args), incomplete=incomplete,
-                          run=run_info(target, options, connection_string, expectations, clauses, jobs, shard_timeout, pytest_args))
+                          run=run_info(target, options, connection_string, expectations, clauses, jobs, shard_timeout, pytest_args,
+                                       hypothesis_profile))
     try:  # checked before the run; this is the disk filling or the permissions changing since
         written = write_outputs(report, catalog, report_dir, junit_xml, html, secrets)
     except OSError as error:

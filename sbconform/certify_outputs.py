@@ -37,7 +37,8 @@ def output_problem(report_dir: Path, junit_xml: Path | str | None, html: Path | 
 
 
 def run_info(target: str, options: Sequence[str], connection_string: str | None, expectations: Path | str | None,
-             clauses: Sequence[str], jobs: int, shard_timeout: float | None, pytest_args: Sequence[str]) -> dict[str, Any]:
+             clauses: Sequence[str], jobs: int, shard_timeout: float | None, pytest_args: Sequence[str],
+             hypothesis_profile: str | None = None) -> dict[str, Any]:
     """How a certification was run, for its report: what decides what was graded (not where the
     files went), every key and signature masked; of the connection string only its endpoint."""
     import re
@@ -48,10 +49,11 @@ def run_info(target: str, options: Sequence[str], connection_string: str | None,
     found = re.search(r"(?i)(?:^|;)\s*Endpoint\s*=\s*([^;]*)", connection_string or "")
     args = [*(a for c in clauses for a in ("--clause", c)), *(a for o in options for a in ("--option", o)),
             *(["--expectations", str(expectations)] if expectations else []), "--jobs", str(jobs),
+            *(["--hypothesis-profile", hypothesis_profile] if hypothesis_profile else []),
             *(["--shard-timeout", f"{shard_timeout:g}"] if shard_timeout else []), *(["--", *pytest_args] if pytest_args else [])]
     return {"target": target, "endpoint": mask(found[1].strip()) if found else None, "options": [mask(o) for o in options],
             "clauses": list(clauses), "expectations": str(expectations) if expectations else None, "jobs": jobs,
-            "shard_timeout": shard_timeout, "test_args": [mask(a) for a in pytest_args],
+            "shard_timeout": shard_timeout, "hypothesis_profile": hypothesis_profile, "test_args": [mask(a) for a in pytest_args],
             "arguments": mask(shlex.join(args))}
 
 
