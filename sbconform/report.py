@@ -252,21 +252,23 @@ def build_report(
                             and not summary["unexpected_pass"])
     stale = (f"; the expectations file is out of date ({summary['unexpected_pass']} unexpected pass"
              f"{'es' if summary['unexpected_pass'] > 1 else ''}: update it)") if summary["unexpected_pass"] else ""
+    must = summary["strict_fail"]
+    lesser = ", ".join(f"{n} {what}" for n, what in ((summary["non_strict_fail"], "SHOULD/MAY"),
+                                                    (summary["informational_fail"], "INFO")) if n)
+    failing = (f": {must} MUST clause{'s' if must > 1 else ''} failing" if must else
+               f"; failing without failing the run: {lesser}" if lesser else "")
     if incomplete:
         summary["verdict"] = f"INCOMPLETE ({incomplete}): not certified"
     elif summary["scope"] == "selection":
-        summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded "
+        summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded{failing} "
                               f"(a narrowed run: not a certification of the catalog){stale}")
-    else:
+    elif summary["certified"]:
         partial = (f" for {graded} of {summary['total']} clauses graded ({summary['skip']} skipped, "
                    f"{summary['uncovered']} uncovered)") if graded < summary["total"] else ""
-        must = summary["strict_fail"]
-        lesser = ", ".join(f"{n} {what}" for n, what in ((summary["non_strict_fail"], "SHOULD/MAY"),
-                                                        (summary["informational_fail"], "INFO")) if n)
-        summary["verdict"] = ("CERTIFIED" + partial + (f"; failing without failing certification: {lesser}" if lesser else "")
-                              if summary["certified"] else
-            (f"NOT CERTIFIED: {must} MUST clause{'s' if must > 1 else ''} failing" if must else
-             "NOT CERTIFIED" if graded else "NOT CERTIFIED (no clause was graded: no test ran)") + stale)
+        summary["verdict"] = "CERTIFIED" + partial + failing.replace("the run", "certification")
+    else:
+        summary["verdict"] = ("NOT CERTIFIED" + (failing if must else "" if graded else
+                                                 " (no clause was graded: no test ran)") + stale)
     from . import __version__
 
     return {

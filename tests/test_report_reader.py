@@ -396,3 +396,20 @@ def test_a_quotes_source_is_named_by_its_documents_title_not_only_its_file(mutan
     entry = mutant_run["json"]["clauses"][CLAUSES[0]]["sources"][0]
     assert entry["title"] == catalog.seeds[source.seed]
     assert f"({catalog.seeds[source.seed]}: {source.describe()})" in mutant_run["md"]
+
+
+def test_a_narrowed_verdict_says_which_failures_it_rests_on_too() -> None:
+    from sbconform.report import build_report
+    from sbspec import load_catalog
+
+    catalog = load_catalog()
+    by_level = {c.level: cid for cid, c in catalog.clauses.items()}
+
+    def verdict(*failing: str) -> str:
+        tests = [scenario(cid, "fail", "x") for cid in failing] + [scenario(CLAUSES[0], "pass")]
+        raw = {"target": {"name": "t"}, "selection": [*failing, CLAUSES[0]], "tests": tests}
+        return build_report(raw, catalog)["summary"]["verdict"]
+
+    assert verdict(by_level["MUST"]).startswith("FAILED for the 2 clauses graded: 1 MUST clause failing (a narrowed run")
+    assert verdict(by_level["SHOULD"]).startswith("PASSED for the 2 clauses graded; failing without failing the run: "
+                                                  "1 SHOULD/MAY (a narrowed run")
