@@ -21,7 +21,7 @@ table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:3p
 th{background:#f3f3f3;position:sticky;top:0}
 .pass{background:#dff5df}.fail{background:#f9d6d6}.fail.nonstrict{background:#fdebd0}.skip{background:#eee}
 .uncovered{background:#fff7c2}.expected{background:#e8e0f5}
-details summary{cursor:pointer}pre.steps{background:#fafafa;border-left:3px solid #ccc;margin:2px 0;padding:2px 6px}.filters label{margin-right:1em}.muted{color:#777}
+details summary{cursor:pointer}pre.steps{background:#fafafa;border-left:3px solid #ccc;margin:2px 0;padding:2px 6px}.filters label{margin-right:1em}.muted{color:#777}.why{font-size:12px}
 """
 
 _JS = """
@@ -121,7 +121,10 @@ def _cell(entry: dict[str, Any] | None) -> str:
     reason = html.escape("; ".join(filter(None, (expected_note(entry), entry.get("reason")))))
     body = (f"<details><summary>{html.escape(label)}</summary><p>{reason}</p><ul>{scenarios}</ul></details>"
             if scenarios or reason else html.escape(label))
-    return f'<td class="{" ".join(classes)}" data-status="{status}">{body}</td>'
+    why = entry.get("reason") or ""  # a failure's why in one line, seen without opening the cell
+    first = (f'<div class="why">{html.escape(why if len(why) <= 160 else why[:157] + "...")}</div>'
+             if status == "fail" and why else "")
+    return f'<td class="{" ".join(classes)}" data-status="{status}">{first}{body}</td>'
 
 
 def _statement(clause: Any, catalog: Catalog) -> str:

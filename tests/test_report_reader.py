@@ -413,3 +413,13 @@ def test_a_narrowed_verdict_says_which_failures_it_rests_on_too() -> None:
     assert verdict(by_level["MUST"]).startswith("FAILED for the 2 clauses graded: 1 MUST clause failing (a narrowed run")
     assert verdict(by_level["SHOULD"]).startswith("PASSED for the 2 clauses graded; failing without failing the run: "
                                                   "1 SHOULD/MAY (a narrowed run")
+
+
+def test_a_failing_cell_shows_its_reason_without_a_click(mutant_run) -> None:
+    """The HTML page said 'fail (strict)' and hid why behind a disclosure in every failing cell."""
+    row = re.search(rf'<tr class="clause" id="{CLAUSES[0]}".*?</tr>', mutant_run["html"], re.S)[0]
+    cell = row[row.index('data-status="fail"'):]
+    first = mutant_run["json"]["clauses"][CLAUSES[0]]["reason"][:60]
+    import html as H
+
+    assert H.escape(first) in cell[:cell.index("<details>")]
