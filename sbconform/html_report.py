@@ -50,7 +50,7 @@ document.addEventListener('DOMContentLoaded', () => { filtersFromHash(); applyFi
 
 
 def _checkboxes(ident: str, title: str, values: list[str]) -> str:
-    boxes = "".join(f'<label><input type="checkbox" value="{html.escape(v)}" checked> {html.escape(v)}</label>'
+    boxes = "".join(f'<label><input type="checkbox" value="{html.escape(v)}" checked> {html.escape(v.replace("-", " "))}</label>'
                     for v in values)
     return f'<div id="{ident}" class="filters"><b>{title}:</b> {boxes}</div>'
 
@@ -148,7 +148,8 @@ def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[st
         if only_differences and len(set(status_cells(reports, cid))) <= 1:
             continue  # the same status everywhere (compare --only-differences)
         entries = [r["clauses"].get(cid) for r in reports]
-        statuses = " ".join(sorted({e["status"] for e in entries if e is not None} or {"uncovered"}))
+        statuses = " ".join(sorted({"not-selected" if e.get("selected") is False else e["status"]
+                                    for e in entries if e is not None} or {"uncovered"}))
         rows.append(
             f'<tr class="clause" id="{html.escape(cid)}" data-area="{html.escape(area)}" '
             f'data-level="{html.escape(level)}" data-statuses="{statuses}">'
@@ -171,7 +172,7 @@ def render_html(reports: list[dict[str, Any]], catalog: Catalog, labels: list[st
 <body data-summaries="{data}">
 <h1>sbconform report: {html.escape(', '.join(labels))}</h1>
 <ul>{summaries}</ul>
-{_checkboxes("f-status", "status", ["pass", "fail", "skip", "uncovered"])}
+{_checkboxes("f-status", "status", ["pass", "fail", "skip", "not-selected", "uncovered"])}
 {_checkboxes("f-area", "area", areas)}
 {_checkboxes("f-level", "level", levels)}
 <p><span id="shown">{len(rows)}</span> of {len(rows)} clauses shown.</p>

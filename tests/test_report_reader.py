@@ -423,3 +423,12 @@ def test_a_failing_cell_shows_its_reason_without_a_click(mutant_run) -> None:
     import html as H
 
     assert H.escape(first) in cell[:cell.index("<details>")]
+
+
+def test_the_html_status_filter_tells_not_selected_from_skipped(mutant_run) -> None:
+    """Filtering the page on 'skip' showed the 214 clauses the run did not select among those the
+    target could not run: no way to see only the latter."""
+    page = mutant_run["html"]
+    assert '<input type="checkbox" value="not-selected" checked> not selected' in page
+    other = next(cid for cid, e in mutant_run["json"]["clauses"].items() if e.get("selected") is False)
+    assert re.search(rf'<tr class="clause" id="{other}"[^>]*data-statuses="not-selected"', page)
