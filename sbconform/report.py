@@ -337,7 +337,6 @@ def render_markdown(report: dict[str, Any], catalog: Catalog) -> str:
     lines = [
         f"# sbconform report: {target.get('name', '?')}",
         "",
-        f"Finished {report.get('finished') or '?'}. "
         f"**{s.get('verdict') or ('CERTIFIED' if s['certified'] else 'NOT CERTIFIED')}**: "
         f"{s['pass']} pass, {s['fail']} fail ({s['expected_fail']} expected), {skips(s)}, "
         f"{s['uncovered']} uncovered, of {s['total']} clauses.",
