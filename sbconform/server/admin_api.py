@@ -12,6 +12,7 @@ from sbreference import ErrorCode, Rule, ServiceBusError, paths
 from sbreference.rules import RuleSet
 
 from .atom import HttpError
+from .values import entity_at
 
 log = logging.getLogger("sbconform.serve")
 
@@ -40,23 +41,23 @@ class AdminApi:
 
     def _kind(self, path: str) -> str | None:
         """queue, topic or subscription; None if there is none at ``path`` (a queue's or topic's
-        name may hold slashes: ``a/b/c``)."""
+        name may hold slashes: ``a/b/c``), once what time made due is applied (``_due``)."""
+        self._due()
         parsed = paths.parse(path)
-        entity = self.ns.entities.get(parsed.key)
+        entity = entity_at(self.ns, path)
         if entity is None or parsed.dead_letter:
             return None
-        if parsed.subscription is not None:
-            subs = getattr(entity, "subscriptions", None)
-            return "subscription" if subs is not None and parsed.subscription_key in subs else None
-        return entity.kind
+        return "subscription" if parsed.subscription is not None else entity.kind
+
+    def _due(self) -> None:
+        """Deletion on idle (SETTLE-IDLE-001) applied before an entity is looked at: one idle past its
+        AutoDeleteOnIdle is gone (it was listed, and describing it deleted it and failed the list with 404),
+        and the server detaches its links (``Server.entities_deleted``)."""
+        self.server.entities_deleted(self.ns.reap_idle(self.server.clock.now))
 
     def _name(self, path: str) -> str:
         """The entity's own spelling of its path."""
-        parsed = paths.parse(path)
-        entity = self.ns.entities[parsed.key]
-        if parsed.subscription is not None:
-            return entity.subscriptions[parsed.subscription_key].path
-        return entity.path
+        return entity_at(self.ns, path).path
 
     # -- reads
     def describe(self, path: str) -> dict[str, Any] | None:
@@ -70,10 +71,11 @@ class AdminApi:
         out = {"kind": kind, "path": self._name(path), "description": d, "info": info,
                "created": meta["created"], "updated": meta["updated"], "extras": dict(meta["extras"])}
         if kind == "topic":
-            out["subscription_count"] = len(self.ns.entities[path.lower()].subscriptions)
+            out["subscription_count"] = len(entity_at(self.ns, path).subscriptions)
         return out
 
     def list(self, kind: str, skip: int, top: int, topic: str | None = None) -> list[dict[str, Any]]:
+        self._due()
         if topic is not None:
             entity = self.ns.entities.get(topic.lower())
             if entity is None or entity.kind != "topic":
@@ -137,6 +139,7 @@ class AdminApi:
         for key in [k for k in self.meta if k == path.lower() or k.startswith(path.lower() + "/")]:
             del self.meta[key]
         self.server._mark_all_dirty()
+        self.server.entities_deleted([paths.entity_key(path)])  # its links detached
         log.info("entity deleted: %s '%s'", kind, path)
 
     # -- rules (sbreference/rules.py: a subscription's RuleSet, names case-insensitive)

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
-from sbreference import ErrorCode, Namespace, ServiceBusError
+from sbreference import ErrorCode, Namespace, ServiceBusError, paths
 
 from .management import NOTHING, Changes
 from .state import WallClock
@@ -36,7 +36,7 @@ def _create_subscription(ns: Namespace, clock: WallClock, body: dict, props: dic
 
 def _delete(ns: Namespace, clock: WallClock, body: dict, props: dict) -> tuple[Any, Changes]:
     ns.delete(str(body["path"]))
-    return {}, NOTHING
+    return {}, Changes(keys=frozenset({paths.entity_key(str(body["path"]))}), deleted=True)
 
 
 def _update(ns: Namespace, clock: WallClock, body: dict, props: dict) -> tuple[Any, Changes]:

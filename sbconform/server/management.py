@@ -37,6 +37,7 @@ class Changes(NamedTuple):
     keys: frozenset = frozenset()  # entities (lower-case keys) whose waiting receivers may be served now
     everything: bool = False  # every entity with receivers waiting
     shifted_ms: int = 0  # the clock moved forward this much (advance-time)
+    deleted: bool = False  # the entities keyed ``keys`` were deleted (or lost a subscription): their links go
 
 
 NOTHING = Changes()

@@ -129,7 +129,9 @@ class Nodes:
                 state.session_due -= changes.shifted_ms / 1000
         if changes.everything:
             self._mark_all_dirty()
-        if changes.keys:
+        if changes.deleted:
+            self.entities_deleted(changes.keys)
+        elif changes.keys:
             self.dirty.update(changes.keys)
         if changes.shifted_ms:
             self._on_time()

@@ -29,9 +29,9 @@ import logging
 import selectors
 import socket
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
-from sbreference import Namespace
+from sbreference import ErrorCode, Namespace, ServiceBusError, paths
 
 from ..amqp import codec
 from .config import Config
@@ -41,7 +41,8 @@ from .limits import Limits
 from .links import Links
 from .nodes import Nodes
 from .state import ConnState, LinkInfo, Receiving, WallClock, Waiting
-from .values import lock_uuid
+from . import values as v
+from .values import entity_at, lock_uuid
 
 __all__ = ["CONDITIONS", "STATUS", "ConnState", "LinkInfo", "Limits", "Receiving", "Server", "WallClock", "lock_uuid",
            "serve_in_thread"]
@@ -86,6 +87,7 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._next_tick = 0.0
+        self._idle_due: int | None = None  # the model's next deletion on idle (SETTLE-IDLE-001), as of this turn
         self.calls: list[Callable[[], None]] = []  # run on the loop thread (thread-safe hand-over)
 
     # ----------------------------------------------------------------- loop
@@ -160,6 +162,9 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
             due = self._due_for_waiting()
             if due is not None:
                 deadlines.append(self.clock.monotonic_of(due))
+        self._idle_due = self.namespace.next_idle_deadline()  # an entity is deleted then, its links detached
+        if self._idle_due is not None:
+            deadlines.append(self.clock.monotonic_of(self._idle_due))
         for state in self.conns.values():
             if state.pending_sessions:
                 deadlines.append(state.session_due)  # (never later than its waits' earliest deadline)
@@ -185,6 +190,10 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
         return best
 
     def _on_time(self) -> None:
+        if self._idle_due is not None and self._idle_due <= self.clock.now:  # SETTLE-IDLE-001
+            # (a request may have deleted an entity due meanwhile, reap_idle not naming it: every link is looked at)
+            self.entities_deleted(self.namespace.reap_idle(self.clock.now), every_link=True)
+            self._idle_due = self.namespace.next_idle_deadline()
         waited = [key for key, receivers in self.waiting.items() if receivers]
         if waited:  # time acts on the entities receivers wait on (the others when next asked)
             self.dirty.update(self.namespace.tick_due(self.clock.now, waited))
@@ -202,6 +211,25 @@ class Server(ConnectionLoop, Links, Deliveries, Nodes):
             for state in list(self.conns.values()):
                 self._guard(state, self._tick, state, mono, now_s)
             self.touched.update(self.conns.values())  # and each one's events and output looked at (_flush_all)
+
+    def entities_deleted(self, keys: Iterable[str], every_link: bool = False) -> None:
+        """The queues and topics keyed ``keys`` were deleted, or lost a subscription (through management, or
+        on idle: ``Namespace.reap_idle``): the links attached to what is gone are detached with
+        ``amqp:not-found``, as an unknown entity's attach is refused (sbspec/wire.md 4), and the receivers
+        waiting on them served again. ``every_link``: the links of every entity are looked at."""
+        keys = set(keys)
+        if not keys and not every_link:
+            return
+        self.dirty.update(keys)
+        for state in list(self.conns.values()):
+            for link, info in list(state.link_info.items()):
+                if info.role != "entity" or not (every_link or paths.entity_key(info.path) in keys):
+                    continue
+                if entity_at(self.namespace, info.path) is not None:
+                    continue
+                error = ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{info.path}' could not be found: it was deleted.")
+                self._guard(state, self._detach_with, state, link, v.condition(error))
+                self.touched.add(state)
 
     def _mark_all_dirty(self) -> None:
         self.dirty.update(k for k, v in self.waiting.items() if v)

@@ -92,20 +92,24 @@ def entity_path(address: str | None) -> str:
     return address[1:] if address.startswith("/") else address
 
 
+def entity_at(namespace: Any, path: str) -> Any:
+    """The queue, topic or subscription ``path`` names (its dead-letter subqueue's path: the same), or
+    None if there is none now: one lookup, no resolution (no fault, status or idleness applied)."""
+    parsed = paths.parse(path)
+    entity = namespace.entities.get(parsed.key)
+    if entity is None or parsed.subscription is None:
+        return entity
+    return (getattr(entity, "subscriptions", None) or {}).get(parsed.subscription_key)
+
+
 def canonical(namespace: Any, path: str) -> str:
     """``path`` as its entity spells it (names are case-insensitive; a trailing slash dropped), or
     as given when it names nothing: what the model is handed. The model keeps what it resolved
     by the path as given, so every spelling of a path (2**n of n letters) was an entry more."""
-    parsed = paths.parse(path)
-    entity = namespace.entities.get(parsed.key)
+    entity = entity_at(namespace, path)
     if entity is None:
         return path
-    if parsed.subscription is not None:
-        subscription = (getattr(entity, "subscriptions", None) or {}).get(parsed.subscription_key)
-        if subscription is None:
-            return path
-        entity = subscription
-    return entity.path + "/" + paths.DEAD_LETTER_QUEUE if parsed.dead_letter else entity.path
+    return entity.path + "/" + paths.DEAD_LETTER_QUEUE if paths.parse(path).dead_letter else entity.path
 
 
 def values(value: Any) -> list:

@@ -1,0 +1,211 @@
+"""``sbconform serve`` and deletion on idle (SETTLE-IDLE-001..004): the REST API lists and gets what the
+model holds once time has acted, the server detaches the links of an entity deleted on idle with
+``amqp:not-found`` and wakes at the deletion's instant, and the ATOM feed's times and counts are the
+model's. Virtual time: the server's clock is moved forward (``WallClock.shift``, as the ``$sbconform``
+node's advance-time does), never waited for."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+pytest.importorskip("azure.servicebus", reason="the sdk extra (azure-servicebus) is not installed")
+pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
+
+from azure.core.exceptions import ResourceNotFoundError  # noqa: E402
+from azure.servicebus.management import ServiceBusAdministrationClient  # noqa: E402
+
+from sbreference import MINUTE, Namespace, VirtualClock  # noqa: E402
+from sbconform.server import Config, serve_in_thread  # noqa: E402
+from sbconform.server.admin_api import AdminApi  # noqa: E402
+from sbconform.server.admin_http import AdminHttp, plain_http_transport  # noqa: E402
+from sbconform.targets.proton_client import ControlClient  # noqa: E402
+
+from serve_support import ATTACH, DETACH, KEY, KEY_NAME, attach, condition_of, connection_string, flow  # noqa: E402
+from test_serve_security import InProcess, authorized_sender  # noqa: E402
+
+IDLE = 5 * MINUTE
+
+
+class _Clock(VirtualClock):
+    epoch_ms = 1_700_000_000_000
+
+
+class _Server:
+    """What ``AdminApi`` reads of a server: its namespace and clock (a virtual one here)."""
+
+    def __init__(self) -> None:
+        self.clock = _Clock()
+        self.namespace = Namespace(clock=self.clock)
+
+    def _mark_all_dirty(self) -> None:
+        pass
+
+    def entities_deleted(self, keys) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def broker():
+    server, thread = serve_in_thread(Config())
+    http = AdminHttp(server, "127.0.0.1", 0)
+    http.start()
+    yield server, http
+    http.stop()
+    server.stop()
+    thread.join(10)
+
+
+@pytest.fixture
+def admin(broker):
+    with ServiceBusAdministrationClient.from_connection_string(
+        connection_string(broker[1].port), transport=plain_http_transport(), retry_total=0
+    ) as client:
+        yield client
+
+
+# ------------------------------------------------------------ 1. lists and gets
+def test_lists_and_gets_apply_deletion_on_idle_first() -> None:
+    """An entity past its idle deadline was still listed (the REST API read ``ns.entities``), and the
+    list failed as a whole with 404 when describing it deleted it; now what is due is applied first."""
+    server = _Server()
+    api, ns = AdminApi(server), server.namespace
+    ns.create_queue("kept")
+    ns.create_queue("idle-q", auto_delete_on_idle=IDLE)
+    ns.create_topic("t")
+    ns.create_subscription("t", "idle-s", auto_delete_on_idle=IDLE)
+    ns.create_subscription("t", "kept-s")
+    server.clock.advance(IDLE + 1)
+    assert [q["path"] for q in api.list("queue", 0, 100)] == ["kept"]
+    assert api.describe("idle-q") is None
+    assert [s["path"] for s in api.list("subscription", 0, 100, topic="t")] == ["t/Subscriptions/kept-s"]
+    assert api.describe("t/Subscriptions/idle-s") is None
+    assert api.describe("t")["info"]["subscription_count"] == 1
+
+
+def test_the_administration_client_sees_an_idle_queue_gone(broker, admin) -> None:
+    server, _ = broker
+    admin.create_queue("rest-idle", auto_delete_on_idle=dt.timedelta(minutes=5))
+    admin.create_queue("rest-kept")
+    assert admin.get_queue("rest-idle").auto_delete_on_idle == dt.timedelta(minutes=5)
+    server.call_soon(lambda: server.clock.shift(IDLE + 1000))  # the clock alone: no request applies it
+    names = [q.name for q in admin.list_queues()]
+    assert "rest-idle" not in names and "rest-kept" in names
+    with pytest.raises(ResourceNotFoundError):
+        admin.get_queue("rest-idle")
+    admin.delete_queue("rest-kept")
+
+
+# ------------------------------------------------------------ 2. links and the timer
+IDLE_CONFIG = {"Name": "sec", "Queues": [{"Name": "open", "Properties": {}}]}
+
+
+def _detached(c, name: str, wait: float = 5.0) -> str | None:
+    """The condition of the server's DETACH of the link ``name`` (by its handle in our ATTACH)."""
+    def handle_of(frames):
+        ours = [p for p in frames.of(ATTACH) if p[2].value[0] == name]
+        return ours[0][2].value[1] if ours else None
+
+    def found(frames):
+        handle = handle_of(frames)
+        return [p for p in frames.of(DETACH) if handle is not None and p[2].value[0] == handle]
+
+    c.read(wait, until=lambda f: bool(found(f)))
+    hits = found(c.frames)
+    return condition_of(hits[0][2]) if hits else None
+
+
+@pytest.fixture
+def srv():
+    server = InProcess(link_credit=20, open_timeout=1.0, idle_timeout=30.0)
+    yield server
+    server.stop()
+
+
+def _receiver(c, name: str, handle: int, path: str, credit: int) -> None:
+    c.send(attach(name, handle, path, False), *([flow(handle, credit)] if credit else []))
+    c.read(5, until=lambda f: any(p[2].value[0] == name for p in f.of(ATTACH)))
+
+
+def test_links_on_an_entity_deleted_on_idle_are_detached_not_found(srv: InProcess) -> None:
+    """A sender, a receiver waiting with credit and one without: each DETACHed ``amqp:not-found`` once
+    time deletes their queue (advance-time on the control node), as a deleted entity's links are; the
+    links of another entity stay."""
+    srv.on_loop(lambda: srv.server.namespace.create_queue("temp", auto_delete_on_idle=IDLE))
+    c = authorized_sender(srv.port, "temp", handle=5)
+    assert c.put_token("open", 10) == 200
+    c.send(attach("other", 12, "open", True))
+    _receiver(c, "waiting", 6, "temp", credit=5)
+    _receiver(c, "no-credit", 7, "temp", credit=0)
+    control = ControlClient("127.0.0.1", srv.port, KEY_NAME, KEY)
+    try:
+        control.call("advance-time", ms=IDLE + 1000)
+    finally:
+        control.close()
+    assert _detached(c, "send-5") == "amqp:not-found"
+    assert _detached(c, "waiting") == "amqp:not-found"
+    assert _detached(c, "no-credit") == "amqp:not-found"
+    assert _detached(c, "other", wait=0.3) is None
+    c.close()
+
+
+def test_a_subscription_deleted_on_idle_detaches_its_receivers_not_its_topics_senders(srv: InProcess) -> None:
+    def make() -> None:
+        ns = srv.server.namespace
+        ns.create_topic("tt")
+        ns.create_subscription("tt", "gone", auto_delete_on_idle=IDLE)
+    srv.on_loop(make)
+    c = authorized_sender(srv.port, "tt", handle=5)
+    assert c.put_token("tt/Subscriptions/gone", 10) == 200
+    _receiver(c, "sub-receiver", 6, "tt/Subscriptions/gone", credit=0)
+    srv.on_loop(lambda: srv.server.clock.shift(IDLE + 1000))  # the clock alone: the server's timer acts
+    assert _detached(c, "sub-receiver") == "amqp:not-found"
+    assert _detached(c, "send-5", wait=0.3) is None
+    c.close()
+
+
+def test_an_entity_a_request_deleted_on_idle_has_its_links_detached_too(srv: InProcess) -> None:
+    """A request on any entity applies what is due (the model's ``_resolve``) without naming what it deleted:
+    the server still finds the links of the entity gone once its deadline has passed."""
+    srv.on_loop(lambda: srv.server.namespace.create_queue("swept", auto_delete_on_idle=IDLE))
+    c = authorized_sender(srv.port, "swept", handle=5)
+    srv.on_loop(lambda: (srv.server.clock.shift(IDLE + 1000), srv.server.namespace.exists("open")))
+    assert _detached(c, "send-5") == "amqp:not-found"
+    c.close()
+
+
+def test_an_entity_deleted_through_management_detaches_its_links_too(srv: InProcess) -> None:
+    """Through the REST API or the $sbconform node, as on idle: a sender (only a receiver with credit
+    was closed, when served again) is detached with ``amqp:not-found``."""
+    from test_admin_http import raw
+
+    srv.on_loop(lambda: (srv.server.namespace.create_queue("by-rest"), srv.server.namespace.create_queue("by-node")))
+    c = authorized_sender(srv.port, "by-rest", handle=5)
+    assert c.put_token("by-node", 10) == 200
+    c.send(attach("node-sender", 12, "by-node", True))
+    http = AdminHttp(srv.server, "127.0.0.1", 0)
+    http.start()
+    control = ControlClient("127.0.0.1", srv.port, KEY_NAME, KEY)
+    try:
+        assert raw(http, "DELETE", "/by-rest")[0] == 200
+        assert _detached(c, "send-5") == "amqp:not-found"
+        control.call("delete", path="by-node")
+        assert _detached(c, "node-sender") == "amqp:not-found"
+    finally:
+        control.close()
+        http.stop()
+        c.close()
+
+
+def test_the_timer_wakes_at_the_idle_deadline() -> None:
+    """With nothing waiting and no connection, the loop slept until a request came: an idle entity
+    was deleted only when something asked."""
+    server = InProcess()
+    try:
+        server.on_loop(lambda: server.server.namespace.create_queue("sleepy", auto_delete_on_idle=IDLE))
+        server.on_loop(lambda: server.server.clock.shift(IDLE - 300))
+        timeout = server.on_loop(server.server._next_timer)
+        assert timeout is not None and timeout <= 0.35, timeout
+    finally:
+        server.stop()
