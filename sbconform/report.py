@@ -22,11 +22,10 @@ certified until the file is updated (certify exits 2 for it).
 Verdicts follow the clause levels (as Autobahn grades "strict" and "non-strict"): a
 failing MUST clause is a **strict** failure and fails certification; a failing SHOULD or
 MAY clause is **non-strict** and an INFO clause **informational**: both are reported, and
-neither fails certification. An unexpected pass (the expectations file is wrong) is no
-failure, but nothing is certified until the file is updated. A run narrowed to some clauses (``--clause``, or pytest arguments)
-grades those clauses only and is never "CERTIFIED": its verdict says "selected clauses".
-An interrupted run's report (or one whose tests a ``--shard-timeout`` stopped) is marked
-incomplete and certifies nothing; nor does a run that graded no clause at all.
+neither fails certification (the verdict names them). A run narrowed to some clauses
+(``--clause``, or pytest arguments) grades those only and is never "CERTIFIED"; an interrupted
+run (or one a ``--shard-timeout`` stopped) is incomplete and certifies nothing; nor does a run
+that graded no clause. A report says what made it (``kit``) and how it was run (``run``).
 
 Each clause has a **subject** (Jepsen's distinction between the system and the client
 that drives it): ``broker`` for what a broker does, ``client`` for clauses tagged
@@ -259,6 +258,10 @@ def build_report(
                f"; failing without failing the run: {lesser}" if lesser else "")
     if incomplete:
         summary["verdict"] = f"INCOMPLETE ({incomplete}): not certified"
+    elif summary["scope"] == "selection" and not graded:
+        chosen = summary["total"] - summary["not_selected"]
+        summary["verdict"] = (f"NOTHING GRADED: none of the {chosen} selected clauses was graded on this target "
+                              f"(see why under each; a narrowed run: not a certification of the catalog){stale}")
     elif summary["scope"] == "selection":
         summary["verdict"] = (f"{'PASSED' if summary['passed'] else 'FAILED'} for the {graded} clauses graded{failing} "
                               f"(a narrowed run: not a certification of the catalog){stale}")

@@ -432,3 +432,16 @@ def test_the_html_status_filter_tells_not_selected_from_skipped(mutant_run) -> N
     assert '<input type="checkbox" value="not-selected" checked> not selected' in page
     other = next(cid for cid, e in mutant_run["json"]["clauses"].items() if e.get("selected") is False)
     assert re.search(rf'<tr class="clause" id="{other}"[^>]*data-statuses="not-selected"', page)
+
+
+def test_a_narrowed_run_that_graded_nothing_does_not_say_passed() -> None:
+    """Two clauses selected, both covered only by model-level tests on an SDK target: the verdict
+    was 'PASSED for the 0 clauses graded'."""
+    from sbconform.report import build_report
+    from sbspec import load_catalog
+
+    raw = {"target": {"name": "sdk"}, "selection": list(CLAUSES),
+           "tests": [{**scenario(cid, "pass"), "uses_target": False} for cid in CLAUSES]}
+    s = build_report(raw, load_catalog())["summary"]
+    assert s["graded"] == 0 and "PASSED" not in s["verdict"]
+    assert s["verdict"].startswith("NOTHING GRADED: none of the 2 selected clauses")
