@@ -14,6 +14,7 @@ import os
 from dataclasses import replace
 
 from sbreference import PING_CONTENT_TYPE, ErrorCode, ServiceBusError
+from sbreference.sqlfilter import UNKNOWN, Evaluator, arithmetic, compare, like, not3
 
 from sbconform.targets import Handle, TargetWrapper, register
 from sbconform.targets.reference import ReferenceTarget
@@ -24,6 +25,17 @@ class Mutant(TargetWrapper):
 
     def __init__(self) -> None:
         super().__init__(ReferenceTarget())
+
+
+def _quiet(call, *codes, answer=None):
+    """``call()``; an error with one of ``codes`` is answered with ``answer`` instead: a broker
+    claiming success where Service Bus refuses."""
+    try:
+        return call()
+    except ServiceBusError as error:
+        if error.code not in codes:
+            raise
+        return answer
 
 
 class DeliveryCountAlwaysOne(Mutant):
@@ -87,11 +99,7 @@ class ExpiredLockSettles(Mutant):
     name = "mutant-expired-lock-settles"
 
     def complete(self, receiver, message):
-        try:
-            super().complete(receiver, message)
-        except ServiceBusError as error:
-            if error.code is not ErrorCode.MESSAGE_LOCK_LOST:
-                raise
+        _quiet(lambda: super(ExpiredLockSettles, self).complete(receiver, message), ErrorCode.MESSAGE_LOCK_LOST)
 
 
 class DeferLosesMessage(Mutant):
@@ -128,7 +136,7 @@ class IgnoresPropertiesToModify(Mutant):
 
 
 class IgnoresPartitionKey(Mutant):
-    """Spreads keyed messages round-robin as if they had no key (PART-KEY-006)."""
+    """Spreads keyed messages round-robin as if they had no key (PART-KEY-006, PART-KEY-002)."""
 
     name = "mutant-ignores-partition-key"
 
@@ -167,9 +175,10 @@ class EntityMutant(Mutant):
     (only on the kinds of entity named in ``kinds``)."""
 
     kinds: tuple[str, ...] = ("queue", "topic", "subscription")
+    dropped: tuple[str, ...] = ()  # properties ignored (the default ``_broken``)
 
     def _broken(self, properties: dict) -> dict:
-        raise NotImplementedError
+        return {k: v for k, v in properties.items() if k not in self.dropped}
 
     def _apply(self, kind: str, properties: dict) -> dict:
         return self._broken(dict(properties)) if kind in self.kinds else properties
@@ -192,10 +201,7 @@ class LockDurationIgnored(EntityMutant):
     """Locks every message for the default minute, whatever lock duration the entity has (SETTLE-LOCK-002)."""
 
     name = "mutant-lock-duration-ignored"
-
-    def _broken(self, properties):
-        properties.pop("lock_duration", None)
-        return properties
+    dropped = ("lock_duration",)
 
 
 class LockDurationClamped(EntityMutant):
@@ -213,10 +219,7 @@ class MaxDeliveryCountIgnored(EntityMutant):
     """Dead-letters after the default ten deliveries, whatever max delivery count the entity has (SETTLE-LOCK-007)."""
 
     name = "mutant-max-delivery-count-ignored"
-
-    def _broken(self, properties):
-        properties.pop("max_delivery_count", None)
-        return properties
+    dropped = ("max_delivery_count",)
 
 
 class DuplicatesNotDetected(EntityMutant):
@@ -225,10 +228,7 @@ class DuplicatesNotDetected(EntityMutant):
     name = "mutant-duplicates-not-detected"
     kinds = ("queue", "topic")
 
-    def _broken(self, properties):
-        properties.pop("requires_duplicate_detection", None)
-        properties.pop("duplicate_detection_history_time_window", None)
-        return properties
+    dropped = ("requires_duplicate_detection", "duplicate_detection_history_time_window")
 
 
 class DuplicateWindowForever(EntityMutant):
@@ -258,30 +258,21 @@ class DefaultTimeToLiveIgnored(EntityMutant):
     """Lets messages live forever unless they set a time to live: the entity's default is ignored (SETTLE-TTL-001)."""
 
     name = "mutant-default-ttl-ignored"
-
-    def _broken(self, properties):
-        properties.pop("default_message_time_to_live", None)
-        return properties
+    dropped = ("default_message_time_to_live",)
 
 
 class ExpiryNotDeadLettered(EntityMutant):
     """Drops expired messages even where dead-lettering on expiration is on (SETTLE-TTL-003)."""
 
     name = "mutant-expiry-not-dead-lettered"
-
-    def _broken(self, properties):
-        properties.pop("dead_lettering_on_message_expiration", None)
-        return properties
+    dropped = ("dead_lettering_on_message_expiration",)
 
 
 class ForwardDeadLetteredIgnored(EntityMutant):
     """Keeps dead-lettered messages in the entity's own dead-letter subqueue, ForwardDeadLetteredMessagesTo or not (SETTLE-FWD-002)."""
 
     name = "mutant-forward-dead-lettered-ignored"
-
-    def _broken(self, properties):
-        properties.pop("forward_dead_lettered_messages_to", None)
-        return properties
+    dropped = ("forward_dead_lettered_messages_to",)
 
 
 class SendDisabledIgnored(EntityMutant):
@@ -363,7 +354,7 @@ class ReceiveAndDeleteLocks(Mutant):
 
 
 class ReceivesNewestFirst(Mutant):
-    """Hands a receive's messages over newest first (SETTLE-RECV-002)."""
+    """Hands a receive's messages over newest first (SETTLE-RECV-002, PART-KEY-007)."""
 
     name = "mutant-receives-newest-first"
 
@@ -420,12 +411,8 @@ class DeferredLookupQuiet(Mutant):
     name = "mutant-deferred-lookup-quiet"
 
     def receive_deferred(self, receiver, sequence_numbers):
-        try:
-            return super().receive_deferred(receiver, sequence_numbers)
-        except ServiceBusError as error:
-            if error.code is not ErrorCode.MESSAGE_NOT_FOUND:
-                raise
-            return []
+        return _quiet(lambda: super(DeferredLookupQuiet, self).receive_deferred(receiver, sequence_numbers),
+                      ErrorCode.MESSAGE_NOT_FOUND, answer=[])
 
 
 class PeekIgnoresStart(Mutant):
@@ -514,11 +501,7 @@ class OversizedSessionStateIgnored(Mutant):
     name = "mutant-oversized-session-state-ignored"
 
     def set_session_state(self, receiver, state):
-        try:
-            super().set_session_state(receiver, state)
-        except ServiceBusError as error:
-            if error.code is not ErrorCode.MESSAGE_SIZE_EXCEEDED:
-                raise
+        _quiet(lambda: super(OversizedSessionStateIgnored, self).set_session_state(receiver, state), ErrorCode.MESSAGE_SIZE_EXCEEDED)
 
 
 class SessionlessAccepted(Mutant):
@@ -760,76 +743,73 @@ def _sql_mutant(filter_, evaluator):
     return Broken(checked.expression, checked.parameters)
 
 
-class SqlIsNullOnlyWhenMissing(FilterMutant):
+USUAL = object()  # a NodeMutant's answer: evaluate this node as the reference does
+
+
+class NodeMutant(FilterMutant):
+    """Evaluates the SQL filter nodes of kind ``kind`` with ``_node`` (USUAL: as the reference does)."""
+
+    kind: str
+
+    def _node(self, evaluator, node):
+        raise NotImplementedError
+
+    def _filter(self, f):
+        kind, broken = self.kind, self._node
+
+        class E(Evaluator):
+            def eval(self, node):
+                if node[0] == kind:
+                    out = broken(self, node)
+                    if out is not USUAL:
+                        return out
+                return super().eval(node)
+
+        return _sql_mutant(f, E)
+
+
+class SqlIsNullOnlyWhenMissing(NodeMutant):
     """IS NULL is true only for a missing property, not for one whose value is null (RULES-SQL-005)."""
 
     name = "mutant-sql-is-null-only-missing"
+    kind = "isnull"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import UNKNOWN, Evaluator
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "isnull":
-                    isnull = self.eval(node[1]) is UNKNOWN
-                    return (not isnull) if node[2] else isnull
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        isnull = evaluator.eval(node[1]) is UNKNOWN
+        return (not isnull) if node[2] else isnull
 
 
-class SqlLikeMatchesPrefix(FilterMutant):
+class SqlLikeMatchesPrefix(NodeMutant):
     """LIKE matches the start of a string, not the whole string (RULES-SQL-008)."""
 
     name = "mutant-sql-like-matches-prefix"
+    kind = "like"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import Evaluator, like, not3
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "like":
-                    value, pattern = self.eval(node[1]), self.eval(node[2])
-                    escape = self.eval(node[3]) if node[3] is not None else None
-                    result = like(value, pattern + "%" if isinstance(pattern, str) else pattern, escape)
-                    return not3(result) if node[4] else result
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        value, pattern = evaluator.eval(node[1]), evaluator.eval(node[2])
+        escape = evaluator.eval(node[3]) if node[3] is not None else None
+        result = like(value, pattern + "%" if isinstance(pattern, str) else pattern, escape)
+        return not3(result) if node[4] else result
 
 
-class SqlNotInUnknownTrue(FilterMutant):
+class SqlNotInUnknownTrue(NodeMutant):
     """NOT IN with a missing left operand is TRUE instead of UNKNOWN (RULES-SQL-007)."""
 
     name = "mutant-sql-not-in-unknown-true"
+    kind = "in"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import UNKNOWN, Evaluator
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "in" and node[3] and self.eval(node[1]) is UNKNOWN:
-                    return True
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        return True if node[3] and evaluator.eval(node[1]) is UNKNOWN else USUAL
 
 
-class SqlNamesCaseSensitive(FilterMutant):
+class SqlNamesCaseSensitive(NodeMutant):
     """Looks user properties up by their exact name in SQL filters (RULES-SQL-012)."""
 
     name = "mutant-sql-names-case-sensitive"
+    kind = "prop"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import UNKNOWN, Evaluator
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "prop" and node[1] != "sys":
-                    return self.props.user.get(node[2], UNKNOWN)
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        return evaluator.props.user.get(node[2], UNKNOWN) if node[1] != "sys" else USUAL
 
 
 class CorrelationIgnoresCase(FilterMutant):
@@ -939,26 +919,28 @@ class TransactionalSettlesAtOnce(Mutant):
         return _transactional(super().transaction_client(), {"settle": settle})
 
 
-class UnknownTransactionIgnored(Mutant):
-    """Answers a discharge of a transaction it does not know with success (TXN-ERR-001)."""
+class QuietDischarge(Mutant):
+    """Answers a discharge that fails with ``code`` with success."""
 
-    name = "mutant-unknown-transaction-ignored"
+    code: ErrorCode
 
     def transaction_client(self):
-        base = type(super().transaction_client())
+        base, code = type(super().transaction_client()), self.code
 
         def discharge(c, txn, commit):
-            try:
-                base.discharge(c, txn, commit)
-            except ServiceBusError as error:
-                if error.code is not ErrorCode.TRANSACTION_UNKNOWN:
-                    raise
+            _quiet(lambda: base.discharge(c, txn, commit), code)
 
         return _transactional(super().transaction_client(), {"discharge": discharge})
 
 
+class UnknownTransactionIgnored(QuietDischarge):
+    """Answers a discharge of a transaction it does not know with success (TXN-ERR-001)."""
 
-# ------------------------------------------------------------------ a third batch
+    name = "mutant-unknown-transaction-ignored"
+    code = ErrorCode.TRANSACTION_UNKNOWN
+
+
+
 class DeferActsAsAbandon(Mutant):
     """Defer releases the message back to normal receives (SETTLE-DEFR-001)."""
 
@@ -988,7 +970,7 @@ class AbandonNotCounted(Mutant):
 
 
 class SessionBatchReversed(Mutant):
-    """Hands a session's messages over newest first within a receive (SETTLE-SESS-003)."""
+    """Hands a session's messages over newest first within a receive (SETTLE-SESS-003, PART-SESS-001)."""
 
     name = "mutant-session-batch-reversed"
 
@@ -1064,11 +1046,8 @@ class ForeignPropertiesDropped(EntityMutant):
     name = "mutant-foreign-properties-dropped"
     kinds = ("topic",)
 
-    def _broken(self, properties):
-        for name in ("lock_duration", "max_delivery_count", "requires_session", "dead_lettering_on_message_expiration",
-                     "forward_to", "forward_dead_lettered_messages_to"):
-            properties.pop(name, None)
-        return properties
+    dropped = ("lock_duration", "max_delivery_count", "requires_session", "dead_lettering_on_message_expiration",
+               "forward_to", "forward_dead_lettered_messages_to")
 
 
 class LargeMaxMessageSizeClamped(EntityMutant):
@@ -1193,40 +1172,27 @@ class FalseFilterSelectsAll(FilterMutant):
         return TrueFilter() if isinstance(f, FalseFilter) else f
 
 
-class SqlExistsFalseForNull(FilterMutant):
+class SqlExistsFalseForNull(NodeMutant):
     """EXISTS is false for a property whose value is null (RULES-SQL-006)."""
 
     name = "mutant-sql-exists-false-for-null"
+    kind = "exists"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import UNKNOWN, Evaluator
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "exists":
-                    return self.props.get(node[1][1], node[1][2]) not in (None, UNKNOWN)
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        return evaluator.props.get(node[1][1], node[1][2]) not in (None, UNKNOWN)
 
 
-class SqlTrueDivision(FilterMutant):
+class SqlTrueDivision(NodeMutant):
     """Divides longs as doubles: 7 / 2 is 3.5 (RULES-SQL-011)."""
 
     name = "mutant-sql-true-division"
+    kind = "arith"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import Evaluator
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "arith" and node[1] == "/":
-                    a, b = self.eval(node[2]), self.eval(node[3])
-                    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and b:
-                        return a / b
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        if node[1] != "/":
+            return USUAL
+        a, b = evaluator.eval(node[2]), evaluator.eval(node[3])
+        return a / b if all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b)) and b else USUAL
 
 
 class RuleNameNotStamped(Mutant):
@@ -1260,10 +1226,7 @@ class LockOutlivesItsDuration(EntityMutant):
     """Reports locked-until from the entity's lock duration, but holds every lock a minute (SETTLE-LOCK-002)."""
 
     name = "mutant-lock-outlives-its-duration"
-
-    def _broken(self, properties):
-        properties.pop("lock_duration", None)
-        return properties
+    dropped = ("lock_duration",)
 
     def receive(self, receiver, max_count=1, max_wait=None):
         got = super().receive(receiver, max_count, max_wait)
@@ -1289,11 +1252,8 @@ class ExpiredLockDeadLetters(Mutant):
     name = "mutant-expired-lock-dead-letters"
 
     def dead_letter(self, receiver, message, reason=None, description=None, properties=None):
-        try:
-            super().dead_letter(receiver, message, reason, description, properties)
-        except ServiceBusError as error:
-            if error.code is not ErrorCode.MESSAGE_LOCK_LOST:
-                raise
+        _quiet(lambda: super(ExpiredLockDeadLetters, self).dead_letter(receiver, message, reason, description, properties),
+               ErrorCode.MESSAGE_LOCK_LOST)
 
 
 class ExpiredLockRenews(Mutant):
@@ -1302,12 +1262,8 @@ class ExpiredLockRenews(Mutant):
     name = "mutant-expired-lock-renews"
 
     def renew_lock(self, receiver, message):
-        try:
-            return super().renew_lock(receiver, message)
-        except ServiceBusError as error:
-            if error.code is not ErrorCode.MESSAGE_LOCK_LOST:
-                raise
-            return self.now() + 60_000
+        return _quiet(lambda: super(ExpiredLockRenews, self).renew_lock(receiver, message), ErrorCode.MESSAGE_LOCK_LOST,
+                      answer=self.now() + 60_000)
 
 
 class DeadLetterCompleteIgnored(Mutant):
@@ -1344,10 +1300,7 @@ class LongTimeToLiveNotCapped(EntityMutant):
     name = "mutant-long-ttl-not-capped"
     kinds = ("queue",)
 
-    def _broken(self, properties):
-        default = properties.pop("default_message_time_to_live", None)
-        self.__dict__.setdefault("_defaults", {})[properties.get("_name")] = default
-        return properties
+    dropped = ("default_message_time_to_live",)
 
     def create_queue(self, name, **properties):
         default = properties.get("default_message_time_to_live")
@@ -1392,11 +1345,7 @@ class ExpiredSessionSettles(Mutant):
     name = "mutant-expired-session-settles"
 
     def complete(self, receiver, message):
-        try:
-            super().complete(receiver, message)
-        except ServiceBusError as error:
-            if error.code is not ErrorCode.SESSION_LOCK_LOST:
-                raise
+        _quiet(lambda: super(ExpiredSessionSettles, self).complete(receiver, message), ErrorCode.SESSION_LOCK_LOST)
 
 
 class BatchKeepsFirstMessage(Mutant):
@@ -1423,40 +1372,39 @@ class MessageIdAsPartitionKey(Mutant):
                                      for m in messages], batch)
 
 
-class PartitionOutageStopsEntity(Mutant):
+class OutageMutant(Mutant):
+    """Remembers which partitions of which entities are down (``down(path)``)."""
+
+    def make_partition_unavailable(self, path, partition):
+        super().make_partition_unavailable(path, partition)
+        self.__dict__.setdefault("_down", set()).add((path, partition))
+
+    def make_partition_available(self, path, partition):
+        super().make_partition_available(path, partition)
+        self.__dict__.setdefault("_down", set()).discard((path, partition))
+
+    def down(self, path) -> list[int]:
+        return [p for q, p in self.__dict__.get("_down", ()) if q == path]
+
+
+class PartitionOutageStopsEntity(OutageMutant):
     """Refuses every send to a partitioned entity while any of its partitions is down (PART-NOKEY-002, PART-AVAIL-001/002)."""
 
     name = "mutant-partition-outage-stops-entity"
 
-    def make_partition_unavailable(self, path, partition):
-        super().make_partition_unavailable(path, partition)
-        self.__dict__.setdefault("_down", set()).add((path, partition))
-
-    def make_partition_available(self, path, partition):
-        super().make_partition_available(path, partition)
-        self.__dict__.setdefault("_down", set()).discard((path, partition))
-
     def send(self, sender, messages, batch=False):
-        if any(path == sender.path for path, _ in self.__dict__.get("_down", ())):
+        if self.down(sender.path):
             raise ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, f"a partition of {sender.path} is unavailable")
         return super().send(sender, messages, batch)
 
 
-class UpdateDuringOutageApplied(Mutant):
+class UpdateDuringOutageApplied(OutageMutant):
     """Applies an update to a partitioned entity while one of its partitions is down, instead of failing (PART-MGMT-002)."""
 
     name = "mutant-update-during-outage-applied"
 
-    def make_partition_unavailable(self, path, partition):
-        super().make_partition_unavailable(path, partition)
-        self.__dict__.setdefault("_down", set()).add((path, partition))
-
-    def make_partition_available(self, path, partition):
-        super().make_partition_available(path, partition)
-        self.__dict__.setdefault("_down", set()).discard((path, partition))
-
     def update_entity(self, path, **properties):
-        down = [p for q, p in self.__dict__.get("_down", ()) if q == path]
+        down = self.down(path)
         for p in down:
             super().make_partition_available(path, p)
         try:
@@ -1479,39 +1427,25 @@ class LastRuleRemovedSelectsAll(Mutant):
             super().add_rule(subscription_path, Rule("$Default", TrueFilter(), None))
 
 
-class SqlGreaterOrEqualStrict(FilterMutant):
+class SqlGreaterOrEqualStrict(NodeMutant):
     """Evaluates >= as > (RULES-SQL-001)."""
 
     name = "mutant-sql-greater-or-equal-strict"
+    kind = "cmp"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import Evaluator, compare
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "cmp" and node[1] == ">=":
-                    return compare(">", self.eval(node[2]), self.eval(node[3]))
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        return compare(">", evaluator.eval(node[2]), evaluator.eval(node[3])) if node[1] == ">=" else USUAL
 
 
-class SqlMissingIsZero(FilterMutant):
-    """Takes a missing property as 0 in arithmetic (RULES-SQL-004)."""
+class SqlMissingIsZero(NodeMutant):
+    """Takes a missing property as 0 in arithmetic (RULES-SQL-004, RULES-SQL-009)."""
 
     name = "mutant-sql-missing-is-zero"
+    kind = "arith"
 
-    def _filter(self, f):
-        from sbreference.sqlfilter import UNKNOWN, Evaluator, arithmetic
-
-        class E(Evaluator):
-            def eval(self, node):
-                if node[0] == "arith":
-                    a, b = (self.eval(n) for n in node[2:4])
-                    return arithmetic(node[1], 0 if a is UNKNOWN else a, 0 if b is UNKNOWN else b)
-                return super().eval(node)
-
-        return _sql_mutant(f, E)
+    def _node(self, evaluator, node):
+        a, b = (evaluator.eval(n) for n in node[2:4])
+        return arithmetic(node[1], 0 if a is UNKNOWN else a, 0 if b is UNKNOWN else b)
 
 
 class InvalidFilterAccepted(Mutant):
@@ -1542,6 +1476,161 @@ class ViaSendsAtOnce(Mutant):
             if via is None:
                 return base.send(c, txn, path, messages, via)
             c.namespace.send(c.conn, path, list(messages))
+
+        return _transactional(super().transaction_client(), {"send": send})
+
+
+
+# ------------------------------------------------------------------ a fifth batch
+class ExpiredLockLosesMessage(Mutant):
+    """Drops a message whose lock expired instead of delivering it again (SETTLE-LOCK-005)."""
+
+    name = "mutant-expired-lock-loses-message"
+
+    def abandon(self, receiver, message, properties=None):
+        super().abandon(receiver, message, properties)
+        released = self.__dict__.setdefault("_released", {})
+        released[(receiver.path, message.sequence_number)] = released.get((receiver.path, message.sequence_number), 0) + 1
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        released = self.__dict__.setdefault("_released", {})
+        out = []
+        for m in super().receive(receiver, max_count, max_wait):
+            if m.lock_token is not None and m.delivery_count and m.delivery_count > 1 + released.get((receiver.path, m.sequence_number), 0):
+                super().complete(receiver, m)
+                continue
+            out.append(m)
+        return out
+
+
+class ScheduledKeepsItsNumber(Mutant):
+    """Delivers a scheduled message under the sequence number its scheduling returned (SETTLE-SCHED-002)."""
+
+    name = "mutant-scheduled-keeps-its-number"
+
+    def schedule(self, sender, messages, enqueue_time):
+        numbers = super().schedule(sender, messages, enqueue_time)
+        self.__dict__.setdefault("_scheduled", {}).update({(sender.path, m.message_id): n for m, n in zip(messages, numbers)})
+        return numbers
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        scheduled = self.__dict__.get("_scheduled", {})
+        return [replace(m, sequence_number=scheduled.get((receiver.path, m.message_id), m.sequence_number))
+                for m in super().receive(receiver, max_count, max_wait)]
+
+
+class NextSessionWithoutMessages(Mutant):
+    """With no session available, accepting the next session hands over an empty one instead of timing out (SETTLE-SESS-004)."""
+
+    name = "mutant-next-session-without-messages"
+
+    def accept_session(self, path, session_id=None, mode="peek-lock", max_wait=None):
+        try:
+            return super().accept_session(path, session_id, mode, max_wait)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.TIMEOUT or session_id is not None:
+                raise
+            return super().accept_session(path, "sbconform-mutant-empty", mode, max_wait)
+
+
+class CountsOnePartition(Mutant):
+    """Reports the message counts of one partition of a partitioned entity, not their sum (PART-MGMT-003)."""
+
+    name = "mutant-counts-one-partition"
+
+    def entity_counts(self, path):
+        counts = dict(super().entity_counts(path))
+        if self.describe_entity(path.split("/$")[0]).get("enable_partitioning") and counts.get("active"):
+            peeker = super().receiver(path)
+            seen, start = [], 1
+            while True:
+                page = super().peek(peeker, 250, start)
+                if not page:
+                    break
+                seen.extend(page)
+                start = max(m.sequence_number for m in page) + 1
+            super().close_handle(peeker)
+            first = min((m.partition for m in seen if m.partition is not None), default=None)
+            counts["active"] = sum(1 for m in seen if m.partition == first and m.state == "active")
+        return counts
+
+
+class AlwaysAvailable(Mutant):
+    """Reports a partitioned entity as available while one of its partitions is down (PART-MGMT-004)."""
+
+    name = "mutant-always-available"
+
+    def entity_counts(self, path):
+        counts = dict(super().entity_counts(path))
+        if "availability_status" in counts:
+            counts["availability_status"] = "available"
+        return counts
+
+
+class TransactionKeysUnified(Mutant):
+    """Gives every message of a transaction the first message's partition key instead of refusing differing keys (PART-TXN-002)."""
+
+    name = "mutant-transaction-keys-unified"
+
+    def send_transaction(self, sends):
+        first = next((m.partition_key for _, ms in sends for m in ms if m.partition_key and not m.session_id), None)
+        if first is None:
+            return super().send_transaction(sends)
+        return super().send_transaction([(h, [replace(m, partition_key=first) if m.partition_key and not m.session_id else m for m in ms])
+                                         for h, ms in sends])
+
+
+class OneSessionPerTransaction(Mutant):
+    """Refuses a transaction sending to several sessions of a non-partitioned entity (PART-TXN-004)."""
+
+    name = "mutant-one-session-per-transaction"
+
+    def send_transaction(self, sends):
+        sessions = {m.session_id for _, ms in sends for m in ms if m.session_id}
+        if len(sessions) > 1:
+            raise ServiceBusError(ErrorCode.INVALID_OPERATION, "a transaction cannot send to several sessions")
+        return super().send_transaction(sends)
+
+
+class ForwardToUpdateIgnored(Mutant):
+    """Answers an update setting ForwardTo with success but does not forward (PART-FWD-002)."""
+
+    name = "mutant-forward-to-update-ignored"
+
+    def update_entity(self, path, **properties):
+        properties.pop("forward_to", None)
+        super().update_entity(path, **properties)
+
+
+class TimedOutCommitQuiet(QuietDischarge):
+    """Answers the commit of a timed-out transaction with success (its work discarded) (TXN-TIMEOUT-001)."""
+
+    name = "mutant-timed-out-commit-quiet"
+    code = ErrorCode.TRANSACTION_TIMEOUT
+
+
+class FailedCommitQuiet(QuietDischarge):
+    """Answers a commit that had to roll back with success (TXN-ATOM-001)."""
+
+    name = "mutant-failed-commit-quiet"
+    code = ErrorCode.TRANSACTION_ROLLBACK
+
+
+class CrossEntitySendOutside(Mutant):
+    """Sends a transaction's message for another entity at once, outside the transaction, instead of refusing it (TXN-SCOPE-001)."""
+
+    name = "mutant-cross-entity-send-outside"
+
+    def transaction_client(self):
+        base = type(super().transaction_client())
+
+        def send(c, txn, path, messages, via=None):
+            try:
+                base.send(c, txn, path, messages, via)
+            except ServiceBusError as error:
+                if error.code is not ErrorCode.INVALID_OPERATION:
+                    raise
+                c.namespace.send(c.conn, path, list(messages))
 
         return _transactional(super().transaction_client(), {"send": send})
 
@@ -1623,6 +1712,9 @@ NEW_MUTANTS = [
     BatchKeepsFirstMessage, MessageIdAsPartitionKey, PartitionOutageStopsEntity, UpdateDuringOutageApplied,
     LastRuleRemovedSelectsAll, SqlGreaterOrEqualStrict, SqlMissingIsZero, InvalidFilterAccepted,
     ViaSendsAtOnce,
+    ExpiredLockLosesMessage, ScheduledKeepsItsNumber, NextSessionWithoutMessages, CountsOnePartition, AlwaysAvailable,
+    TransactionKeysUnified, OneSessionPerTransaction, ForwardToUpdateIgnored, TimedOutCommitQuiet, FailedCommitQuiet,
+    CrossEntitySendOutside,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:
@@ -1634,13 +1726,17 @@ for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW
 # process, each scenario named in the matrix once per mutant that names it (the pytest
 # start-up and the collection of every feature cost seconds: once for all mutants, not once
 # each). Each test's outcome is written as a JSON line to SBCONFORM_MUTANT_RESULTS.
-MATRIX = "SBCONFORM_MUTANT_MATRIX"  # JSON: {mutant name: a part of a scenario's test name}
+MATRIX = "SBCONFORM_MUTANT_MATRIX"  # JSON: {mutant name: a part of a scenario's test name, or a list of them}
 RESULTS = "SBCONFORM_MUTANT_RESULTS"  # a file path
+
+
+def scenario_parts(parts: str | list[str] | tuple[str, ...]) -> list[str]:
+    return [parts] if isinstance(parts, str) else list(parts)
 
 
 def pytest_generate_tests(metafunc) -> None:
     matrix = json.loads(os.environ.get(MATRIX, "{}"))
-    mutants = sorted(m for m, part in matrix.items() if part in metafunc.definition.name)
+    mutants = sorted(m for m, parts in matrix.items() if any(p in metafunc.definition.name for p in scenario_parts(parts)))
     if mutants:
         metafunc.fixturenames.append("sb_mutant")
         metafunc.parametrize("sb_mutant", mutants)
