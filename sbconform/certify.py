@@ -34,7 +34,7 @@ from .coverage import collection_paths, kit_root
 from .report import area_line, build_report, clause_patterns, load_expectations, selects, summary_line
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
-from .secrets import ENV as CONNECTION_STRING_ENV, mask
+from .secrets import ENV as CONNECTION_STRING_ENV, mask, mask_value
 
 INTERRUPTED = 130
 TRAILER = ("rootdir:", "inifile:", "configfile:")  # pytest's lines after its error: not what broke
@@ -364,7 +364,7 @@ class _Run:
             return None
         merged = _merge(parts)
         self._show_progress(final=True, finished=merged["tests"])
-        self.raw_path.write_text(json.dumps(merged, indent=2, default=str), encoding="utf-8")
+        self._write_raw(merged)
         return merged
 
     def _collect(self) -> list[str] | None:
@@ -387,6 +387,10 @@ class _Run:
             return None
         return ids
 
+    def _write_raw(self, merged: RunResults) -> None:
+        """results.json stays in the report directory: masked as the reports are (the test processes mask by pattern only)."""
+        self.raw_path.write_text(json.dumps(mask_value(merged, self.secrets), indent=2, default=str), encoding="utf-8")
+
     def partial_results(self) -> RunResults:
         """What the shards finished before they were stopped; unfinished tests are not graded."""
         parts: list[RunResults] = []
@@ -402,6 +406,7 @@ class _Run:
         merged = _merge(parts) if parts else RunResults(target={}, finished=None, exitstatus=2, selection=[], tests=[])
         if not merged["target"]:
             merged["target"] = {"name": self.command[self.command.index("--sb-target") + 1]}
+        self._write_raw(merged)
         return merged
 
     def _stop_shard(self, process: subprocess.Popen, path: Path, shard: list[str] | None, timeout: float | None) -> RunResults:
