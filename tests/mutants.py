@@ -1635,6 +1635,119 @@ class CrossEntitySendOutside(Mutant):
         return _transactional(super().transaction_client(), {"send": send})
 
 
+
+# ------------------------------------------------------------------ a sixth batch
+class PartitioningIgnored(EntityMutant):
+    """Creates every queue and topic unpartitioned, whatever was asked (PART-CREATE-001)."""
+
+    name = "mutant-partitioning-ignored"
+    kinds = ("queue", "topic")
+    dropped = ("enable_partitioning",)
+
+
+class SequenceNumbersNotMonotonic(Mutant):
+    """Reports sequence numbers that do not increase with the order of acceptance (SETTLE-SEQ-001)."""
+
+    name = "mutant-sequence-numbers-not-monotonic"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        return [replace(m, sequence_number=m.sequence_number + 2 if m.sequence_number % 2 else m.sequence_number)
+                for m in super().receive(receiver, max_count, max_wait)]
+
+
+class BasicIsStandard(Mutant):
+    """Makes a Basic namespace that behaves as Standard: topics, sessions, transactions... (SETTLE-TIER-003, TXN-TIER-001)."""
+
+    name = "mutant-basic-is-standard"
+
+    def basic_namespace(self):
+        from sbreference import Namespace
+
+        target = ReferenceTarget(Namespace())
+        target.capabilities = self.capabilities
+        return target
+
+
+class PremiumPartitionCountIgnored(Mutant):
+    """Makes a partitioned Premium namespace with another partition count than asked for (PART-STRUCT-003)."""
+
+    name = "mutant-premium-partition-count-ignored"
+
+    def premium_namespace(self, partition_count):
+        return super().premium_namespace(2 if partition_count != 2 else 4)
+
+
+class TransactionSessionsSplit(Mutant):
+    """Sends a partitioned transaction reaching several sessions outside the transaction, instead of refusing it (PART-TXN-003)."""
+
+    name = "mutant-transaction-sessions-split"
+
+    def send_transaction(self, sends):
+        def apart():
+            return [self.send(h, ms) for h, ms in sends]
+
+        try:
+            return super().send_transaction(sends)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.INVALID_OPERATION or len({m.session_id for _, ms in sends for m in ms}) < 2:
+                raise
+            return apart()
+
+
+class SqlPropertyFunctionUnknown(NodeMutant):
+    """property(name) is always UNKNOWN (RULES-SQL-015)."""
+
+    name = "mutant-sql-property-function-unknown"
+    kind = "propfn"
+
+    def _node(self, evaluator, node):
+        return UNKNOWN
+
+
+class SqlSystemPropertiesNull(NodeMutant):
+    """sys. properties read as null (RULES-SQL-002)."""
+
+    name = "mutant-sql-system-properties-null"
+    kind = "prop"
+
+    def _node(self, evaluator, node):
+        return None if node[1] == "sys" else USUAL
+
+
+class SqlDoubledQuoteKept(NodeMutant):
+    """A doubled quote in a string constant stays doubled (RULES-SQL-010)."""
+
+    name = "mutant-sql-doubled-quote-kept"
+    kind = "const"
+
+    def _node(self, evaluator, node):
+        return node[1].replace("'", "''") if isinstance(node[1], str) and "'" in node[1] else USUAL
+
+
+class SqlDelimitedNamesUnknown(NodeMutant):
+    """A property written delimited ([with space]) is never found (RULES-SQL-013)."""
+
+    name = "mutant-sql-delimited-names-unknown"
+    kind = "prop"
+
+    def _node(self, evaluator, node):
+        return UNKNOWN if node[1] != "sys" and not node[2].isidentifier() else USUAL
+
+
+class TransactionQuotaIgnored(Mutant):
+    """Sends a transaction's 101st message outside the transaction instead of refusing it (TXN-QUOTA-001)."""
+
+    name = "mutant-transaction-quota-ignored"
+
+    def transaction_client(self):
+        base = type(super().transaction_client())
+
+        def send(c, txn, path, messages, via=None):
+            _quiet(lambda: base.send(c, txn, path, messages, via), ErrorCode.QUOTA_EXCEEDED)
+
+        return _transactional(super().transaction_client(), {"send": send})
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey,
            LockDurationIgnored, ReceivesNewestFirst]
 
@@ -1715,6 +1828,9 @@ NEW_MUTANTS = [
     ExpiredLockLosesMessage, ScheduledKeepsItsNumber, NextSessionWithoutMessages, CountsOnePartition, AlwaysAvailable,
     TransactionKeysUnified, OneSessionPerTransaction, ForwardToUpdateIgnored, TimedOutCommitQuiet, FailedCommitQuiet,
     CrossEntitySendOutside,
+    PartitioningIgnored, SequenceNumbersNotMonotonic, BasicIsStandard, PremiumPartitionCountIgnored,
+    TransactionSessionsSplit, SqlPropertyFunctionUnknown, SqlSystemPropertiesNull, SqlDoubledQuoteKept,
+    SqlDelimitedNamesUnknown, TransactionQuotaIgnored,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

@@ -123,7 +123,8 @@ SCENARIO_FOR = {
     "mutant-expired-session-settles": "renewing_the_session_lock_extends_it_an_expired_one_is_lost",
     "mutant-batch-keeps-first": "an_accepted_send_completes_silently_and_the_message_is_stored",
     "mutant-message-id-as-partition-key": "without_duplicate_detection_the_message_id_is_not_a_key",
-    "mutant-partition-outage-stops-entity": "with_a_partition_down_unkeyed_sends_still_succeed_and_other_partitions_still_deliver",
+    "mutant-partition-outage-stops-entity": ("with_a_partition_down_unkeyed_sends_still_succeed_and_other_partitions_still_deliver",
+                                             "a_keyed_send_fails_only_when_its_own_partition_is_down"),
     "mutant-update-during-outage-applied": "while_a_partition_is_down_update_and_delete_fail_instead_of_applying_partly",
     "mutant-last-rule-removed-selects-all": "a_subscription_without_rules_receives_nothing_and_the_others_still_get_their_copies",
     "mutant-sql-greater-or-equal-strict": "relational_operators_on_user_properties_with_and_without_the_user_scope",
@@ -141,6 +142,16 @@ SCENARIO_FOR = {
     "mutant-timed-out-commit-quiet": "a_transaction_times_out_two_minutes_after_its_first_operation",
     "mutant-failed-commit-quiet": "a_commit_one_of_whose_operations_can_no_longer_succeed_applies_none_of_them",
     "mutant-cross-entity-send-outside": "a_transaction_works_against_one_entity",
+    "mutant-partitioning-ignored": "a_standard_namespace_holds_partitioned_and_nonpartitioned_entities_side_by_side",
+    "mutant-sequence-numbers-not-monotonic": "messages_are_received_in_the_order_they_were_accepted",
+    "mutant-basic-is-standard": ("a_basic_namespace_has_queues_only", "a_basic_namespace_has_no_transactions"),
+    "mutant-premium-partition-count-ignored": "in_a_partitioned_premium_namespace_every_entity_is_partitioned_with_the_namespaces_count",
+    "mutant-transaction-sessions-split": "one_transaction_cannot_reach_several_sessions_of_a_partitioned_entity",
+    "mutant-sql-property-function-unknown": "propertyname_and_pname_read_a_property_named_by_an_expression",
+    "mutant-sql-system-properties-null": "system_properties_are_named_with_sys",
+    "mutant-sql-doubled-quote-kept": "constants_long_decimal_scientific_boolean_strings_with_doubled_quotes",
+    "mutant-sql-delimited-names-unknown": "delimited_and_quoted_identifiers",
+    "mutant-transaction-quota-ignored": "a_transaction_holds_at_most_100_messages",
 }
 
 

@@ -110,6 +110,20 @@ Feature: Topics, sequence numbers and entity descriptions
     And a queue named "dots.dashes-and_underscores" is created
     And the operation succeeds
 
+  @SETTLE-TIER-003 @needs:basic-namespace @needs:model-internals
+  Scenario: A Basic namespace has queues only
+    Given a Basic namespace
+    When a topic "t" with default time to live 60 seconds is created
+    Then the operation fails with "invalid-operation"
+    And a queue "sq" with sessions is created
+    And the operation fails with "invalid-operation"
+    And a queue "dq" with duplicate detection window 60 seconds is created
+    And the operation fails with "invalid-operation"
+    And a queue "idle" with auto-delete on idle 10 minutes is created
+    And the operation fails with "invalid-operation"
+    And a queue "q" with lock duration 30 seconds is created
+    And the operation succeeds
+
   @SETTLE-ENT-002 @needs:entity-management
   Scenario: Auto-delete on idle is at least 5 minutes
     When a queue "short" with auto-delete on idle 4 minutes is created
