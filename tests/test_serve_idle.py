@@ -7,6 +7,7 @@ node's advance-time does), never waited for."""
 from __future__ import annotations
 
 import datetime as dt
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -20,6 +21,7 @@ from sbreference import MINUTE, Namespace, VirtualClock  # noqa: E402
 from sbconform.server import Config, serve_in_thread  # noqa: E402
 from sbconform.server.admin_api import AdminApi  # noqa: E402
 from sbconform.server.admin_http import AdminHttp, plain_http_transport  # noqa: E402
+from sbconform.server.atom import entry_xml  # noqa: E402
 from sbconform.targets.proton_client import ControlClient  # noqa: E402
 
 from serve_support import ATTACH, DETACH, KEY, KEY_NAME, attach, condition_of, connection_string, flow  # noqa: E402
@@ -209,3 +211,53 @@ def test_the_timer_wakes_at_the_idle_deadline() -> None:
         assert timeout is not None and timeout <= 0.35, timeout
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------ 3. the ATOM feed's times and counts
+def _element(xml: bytes, name: str) -> str:
+    root = ET.fromstring(xml)
+    return next(e.text for e in root.iter() if e.tag.rsplit("}", 1)[-1] == name)
+
+
+def test_created_updated_accessed_and_subscription_count_are_the_models() -> None:
+    server = _Server()
+    api, ns = AdminApi(server), server.namespace
+    server.clock.advance(1000)
+    ns.create_topic("topic")
+    ns.create_subscription("topic", "a")
+    ns.create_subscription("topic", "b")
+    ns.create_queue("q")
+    fresh = entry_xml(api.describe("q"), "localhost")
+    assert _element(fresh, "AccessedAt") == "0001-01-01T00:00:00Z"  # never sent to nor received from
+    server.clock.advance(2500)
+    conn = ns.connect()
+    ns.send(conn, "q", ns_message())
+    ns.send(conn, "topic", ns_message())
+    ns.delete("topic/Subscriptions/b")
+    queue = entry_xml(api.describe("q"), "localhost")
+    assert _element(queue, "CreatedAt") == "2023-11-14T22:13:21Z"  # epoch + 1 s, trailing zeros trimmed
+    assert _element(queue, "AccessedAt") == "2023-11-14T22:13:23.5Z"  # the send, 2.5 s later
+    topic = entry_xml(api.describe("topic"), "localhost")
+    assert _element(topic, "AccessedAt") == "2023-11-14T22:13:23.5Z"
+    assert _element(topic, "SubscriptionCount") == "1"
+    ns.update("q", max_delivery_count=7)
+    assert _element(entry_xml(api.describe("q"), "localhost"), "UpdatedAt") == "2023-11-14T22:13:23.5Z"
+
+
+def ns_message():
+    from sbreference import Message
+
+    return Message(body=b"x")
+
+
+def test_the_administration_client_reads_the_models_times_and_counts(broker, admin) -> None:
+    admin.create_topic("rest-times")
+    admin.create_subscription("rest-times", "one")
+    admin.create_queue("rest-fresh")
+    fresh = admin.get_queue_runtime_properties("rest-fresh")
+    assert fresh.accessed_at_utc.year == 1  # never accessed: DateTime.MinValue
+    assert fresh.created_at_utc == fresh.updated_at_utc
+    topic = admin.get_topic_runtime_properties("rest-times")
+    assert topic.subscription_count == 1 and topic.accessed_at_utc.year == 1
+    admin.delete_topic("rest-times")
+    admin.delete_queue("rest-fresh")

@@ -22,7 +22,8 @@ class AdminApi:
 
     def __init__(self, server: Any) -> None:
         self.server = server
-        #: path (lower case) -> {"created": ms, "updated": ms, "extras": {element: text}}
+        #: path (lower case) -> {"extras": {element: text}} (an entity's elements the model does not hold);
+        #: a rule's also "created" and "updated" (epoch ms). An entity's times are the model's (``describe``).
         self.meta: dict[str, dict[str, Any]] = {}
 
     # -- helpers
@@ -67,12 +68,13 @@ class AdminApi:
             return None
         d = self.ns.describe(path)
         info = self.ns.runtime_info(path)
-        meta = self._meta(path)
-        out = {"kind": kind, "path": self._name(path), "description": d, "info": info,
-               "created": meta["created"], "updated": meta["updated"], "extras": dict(meta["extras"])}
-        if kind == "topic":
-            out["subscription_count"] = len(entity_at(self.ns, path).subscriptions)
-        return out
+        epoch = self.server.clock.epoch_ms
+        # SETTLE-ENT-004: when the model created, updated and last accessed it (virtual ms since the server
+        # started); never accessed: None (written as DateTime.MinValue, ``atom.NEVER``)
+        return {"kind": kind, "path": self._name(path), "description": d, "info": info,
+                "created": epoch + info["created_at"], "updated": epoch + info["updated_at"],
+                "accessed": epoch + info["accessed_at"] if info.get("accessed_at") else None,
+                "extras": dict(self._meta(path)["extras"])}
 
     def list(self, kind: str, skip: int, top: int, topic: str | None = None) -> list[dict[str, Any]]:
         self._due()
@@ -108,9 +110,7 @@ class AdminApi:
                 self.ns.remove_rule(path, "$Default")
                 self.ns.add_rule(path, default_rule)
         self.meta.pop(path.lower(), None)
-        meta = self._meta(path)
-        meta["created"] = meta["updated"] = self._now()
-        meta["extras"] = extras
+        self._meta(path)["extras"] = extras
         log.info("entity created: %s '%s'", kind, path)
         return self.describe(path)
 
@@ -122,12 +122,10 @@ class AdminApi:
             raise HttpError(400, f"'{path}' is a {found}, not a {kind}")
         current = self.ns.describe(path)
         changes = {k: v for k, v in props.items() if getattr(current, k) != v}
+        self.ns.update(path, **changes)  # even with none: an update (UpdatedAt; use, SETTLE-IDLE-002..004)
         if changes:
-            self.ns.update(path, **changes)
             self.server._mark_all_dirty()
-        meta = self._meta(path)
-        meta["updated"] = self._now()
-        meta["extras"] = extras
+        self._meta(path)["extras"] = extras
         log.info("entity updated: %s '%s' %s", kind, path, sorted(changes))
         return self.describe(path)
 

@@ -21,6 +21,8 @@ XSI = "http://www.w3.org/2001/XMLSchema-instance"
 API_VERSION = "2021-05"
 #: .NET TimeSpan.MaxValue as XmlConvert writes it: "never"
 TIMESPAN_MAX_TEXT = "P10675199DT2H48M5.4775807S"
+#: .NET DateTime.MinValue as Service Bus writes it: an AccessedAt of an entity never accessed
+NEVER = "0001-01-01T00:00:00Z"
 
 #: XML element -> (model field, kind) per entity kind; the rest is kept as sent (``extras``)
 _COMMON = {
@@ -135,8 +137,15 @@ def format_duration(ms: int) -> str:
     return out if out != "P" else "PT0S"
 
 
-def _utc(epoch_ms: int) -> str:
-    return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+def _utc(epoch_ms: int | None) -> str:
+    """A UTC instant as Service Bus writes one (.NET's XmlConvert: fractional seconds without trailing zeros,
+    none for a whole second: ``2018-10-17T20:45:50.48Z``, ``2018-10-17T20:45:50Z``); ``None`` (never) is
+    DateTime.MinValue, ``0001-01-01T00:00:00Z``, what it writes as a never-accessed entity's AccessedAt
+    (sbspec/wire.md 6)."""
+    if epoch_ms is None:
+        return NEVER
+    text = dt.datetime.fromtimestamp(epoch_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    return text.rstrip("0").rstrip(".") + "Z"
 
 
 def _bool(text: str) -> bool:
@@ -179,13 +188,13 @@ def description_xml(found: dict[str, Any], parent: ET.Element, host: str) -> Non
     total = info.get("active", 0) + info.get("deferred", 0) + info.get("dead_letter", 0) + scheduled
     values.update({
         "SizeInBytes": info.get("size_bytes", 0),
-        "CreatedAt": _utc(found["created"]), "UpdatedAt": _utc(found["updated"]), "AccessedAt": _utc(found["updated"]),
+        "CreatedAt": _utc(found["created"]), "UpdatedAt": _utc(found["updated"]), "AccessedAt": _utc(found["accessed"]),
         "EntityAvailabilityStatus": str(info.get("availability_status", "available")).capitalize(),
     })
     if kind != "topic":
         values["MessageCount"] = total
     if kind == "topic":
-        values["SubscriptionCount"] = found.get("subscription_count", 0)
+        values["SubscriptionCount"] = info.get("subscription_count", 0)
     for element, text in extras.items():
         values.setdefault(element, text)
     for element, value in SERVICE_DEFAULTS[kind].items():
