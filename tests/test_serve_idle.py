@@ -261,3 +261,14 @@ def test_the_administration_client_reads_the_models_times_and_counts(broker, adm
     assert topic.subscription_count == 1 and topic.accessed_at_utc.year == 1
     admin.delete_topic("rest-times")
     admin.delete_queue("rest-fresh")
+
+
+# ------------------------------------------------------------ 4. Config.json
+def test_config_json_accepts_auto_delete_on_idle_without_applying_it() -> None:
+    """The emulator's Config.json schema has no AutoDeleteOnIdle: accepted (as before) and not applied."""
+    from sbconform.server import parse_config
+    from sbreference import TIMESPAN_MAX
+
+    config = parse_config({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
+        {"Name": "q", "Properties": {"AutoDeleteOnIdle": "PT5M"}}]}]}})
+    assert config.build().describe("q").auto_delete_on_idle == TIMESPAN_MAX

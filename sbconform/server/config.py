@@ -54,7 +54,9 @@ _PROPERTIES = {
     "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
     "Status": ("status", "status"),  # Active, Disabled, SendDisabled, ReceiveDisabled (SETTLE-STATUS-*)
 }
-#: accepted but without effect in the model
+#: accepted but without effect in the model. AutoDeleteOnIdle is not in the emulator's Config.json schema (no
+#: queue, topic or subscription property of https://github.com/Azure/azure-service-bus-emulator-installer/blob/main/ServiceBus-Emulator/Schema/Config-schema.json),
+#: so it is not applied: a temporary entity is made through the REST API or $sbconform (SETTLE-IDLE-001)
 _IGNORED = {"AutoDeleteOnIdle", "EnableBatchedOperations", "UserMetadata"}
 
 #: the keys each object of the file may hold (the emulator's schema and our extensions);
