@@ -1646,13 +1646,19 @@ class PartitioningIgnored(EntityMutant):
 
 
 class SequenceNumbersNotMonotonic(Mutant):
-    """Reports sequence numbers that do not increase with the order of acceptance (SETTLE-SEQ-001)."""
+    """Reports sequence numbers that do not increase with the order of acceptance (SETTLE-SEQ-001, PART-SEQ-001)."""
 
     name = "mutant-sequence-numbers-not-monotonic"
 
+    @staticmethod
+    def _renumbered(got):
+        return [replace(m, sequence_number=m.sequence_number + 2 if m.sequence_number % 2 else m.sequence_number) for m in got]
+
     def receive(self, receiver, max_count=1, max_wait=None):
-        return [replace(m, sequence_number=m.sequence_number + 2 if m.sequence_number % 2 else m.sequence_number)
-                for m in super().receive(receiver, max_count, max_wait)]
+        return self._renumbered(super().receive(receiver, max_count, max_wait))
+
+    def peek(self, receiver, max_count=1, from_sequence_number=1):
+        return self._renumbered(super().peek(receiver, max_count, from_sequence_number))
 
 
 class BasicIsStandard(Mutant):
@@ -1748,6 +1754,69 @@ class TransactionQuotaIgnored(Mutant):
         return _transactional(super().transaction_client(), {"send": send})
 
 
+
+# ------------------------------------------------------------------ a seventh batch
+class PipelinedSendsLost(Mutant):
+    """Of sends in flight together, stores only the first (SETTLE-SEND-003)."""
+
+    name = "mutant-pipelined-sends-lost"
+
+    def send_concurrently(self, sender, messages):
+        return super().send(sender, list(messages)[:1]) + [None] * (len(messages) - 1)
+
+
+class DuplicatesSpreadOverPartitions(Mutant):
+    """On a partitioned entity with duplicate detection, spreads copies of one unkeyed MessageId over partitions (PART-KEY-004)."""
+
+    name = "mutant-duplicates-spread-over-partitions"
+
+    def send(self, sender, messages, batch=False):
+        d = self.describe_entity(sender.path)
+        if not (d.get("enable_partitioning") and d.get("requires_duplicate_detection")):
+            return super().send(sender, messages, batch)
+        count = self.__dict__.setdefault("_count", [0])
+        count[0] += 1
+        return super().send(sender, [replace(m, partition_key=f"{m.message_id}-{count[0]}") if m.message_id and not (m.session_id or m.partition_key) else m
+                                     for m in messages], batch)
+
+
+class ActionSystemPropertiesIgnored(Mutant):
+    """Applies a rule action's SET on user properties but not on sys. ones (RULES-ACT-003)."""
+
+    name = "mutant-action-system-properties-ignored"
+
+    def add_rule(self, subscription_path, rule):
+        from sbreference import Rule, SqlRuleAction
+
+        class Broken(SqlRuleAction):
+            def apply(self, message, props):
+                out = super().apply(message, props)
+                return replace(out, subject=message.subject, to=message.to, correlation_id=message.correlation_id,
+                               content_type=message.content_type, reply_to=message.reply_to)
+
+        action = rule.action
+        if isinstance(action, SqlRuleAction):
+            checked = action.checked()
+            action = Broken(checked.expression, checked.parameters)
+        super().add_rule(subscription_path, Rule(rule.name, rule.filter, action))
+
+
+class CorrelationUserPropertiesIgnored(FilterMutant):
+    """Matches a correlation filter on its system properties only, ignoring the application properties it names (RULES-CORR-001)."""
+
+    name = "mutant-correlation-user-properties-ignored"
+
+    def _filter(self, f):
+        from dataclasses import fields
+
+        from sbreference import CorrelationFilter, TrueFilter
+
+        if not isinstance(f, CorrelationFilter) or not f.properties:
+            return f
+        system = {x.name: getattr(f, x.name) for x in fields(f) if x.name != "properties" and getattr(f, x.name) is not None}
+        return CorrelationFilter(**system) if system else TrueFilter()
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey,
            LockDurationIgnored, ReceivesNewestFirst]
 
@@ -1831,6 +1900,8 @@ NEW_MUTANTS = [
     PartitioningIgnored, SequenceNumbersNotMonotonic, BasicIsStandard, PremiumPartitionCountIgnored,
     TransactionSessionsSplit, SqlPropertyFunctionUnknown, SqlSystemPropertiesNull, SqlDoubledQuoteKept,
     SqlDelimitedNamesUnknown, TransactionQuotaIgnored,
+    PipelinedSendsLost, DuplicatesSpreadOverPartitions, ActionSystemPropertiesIgnored,
+    CorrelationUserPropertiesIgnored,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

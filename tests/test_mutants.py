@@ -143,7 +143,8 @@ SCENARIO_FOR = {
     "mutant-failed-commit-quiet": "a_commit_one_of_whose_operations_can_no_longer_succeed_applies_none_of_them",
     "mutant-cross-entity-send-outside": "a_transaction_works_against_one_entity",
     "mutant-partitioning-ignored": "a_standard_namespace_holds_partitioned_and_nonpartitioned_entities_side_by_side",
-    "mutant-sequence-numbers-not-monotonic": "messages_are_received_in_the_order_they_were_accepted",
+    "mutant-sequence-numbers-not-monotonic": ("sequence_numbers_are_unique_and_increase_in_acceptance_order",
+                                              "messages_with_one_partition_key_share_a_partition_and_keep_their_order"),
     "mutant-basic-is-standard": ("a_basic_namespace_has_queues_only", "a_basic_namespace_has_no_transactions"),
     "mutant-premium-partition-count-ignored": "in_a_partitioned_premium_namespace_every_entity_is_partitioned_with_the_namespaces_count",
     "mutant-transaction-sessions-split": "one_transaction_cannot_reach_several_sessions_of_a_partitioned_entity",
@@ -152,6 +153,10 @@ SCENARIO_FOR = {
     "mutant-sql-doubled-quote-kept": "constants_long_decimal_scientific_boolean_strings_with_doubled_quotes",
     "mutant-sql-delimited-names-unknown": "delimited_and_quoted_identifiers",
     "mutant-transaction-quota-ignored": "a_transaction_holds_at_most_100_messages",
+    "mutant-pipelined-sends-lost": "pipelined_sends_each_complete_and_every_message_is_stored",
+    "mutant-duplicates-spread-over-partitions": "with_duplicate_detection_the_message_id_is_the_key_so_a_copy_meets_its_original",
+    "mutant-action-system-properties-ignored": "actions_set_system_properties_and_compute_from_the_messages_properties",
+    "mutant-correlation-user-properties-ignored": "a_correlation_filter_on_user_properties_of_several_types",
 }
 
 
