@@ -18,7 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from sbconform.testing.stateful import Divergence, differential_machine
 
-from mutants import MATRIX, MUTANTS, RESULTS, scenario_parts
+from mutants import MATRIX, MUTANTS, NEW_MUTANTS, RESULTS, SCENARIO_MUTANTS, scenario_parts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,6 +158,12 @@ SCENARIO_FOR = {
     "mutant-action-system-properties-ignored": "actions_set_system_properties_and_compute_from_the_messages_properties",
     "mutant-correlation-user-properties-ignored": "a_correlation_filter_on_user_properties_of_several_types",
 }
+
+
+def test_every_mutant_names_a_scenario_that_must_catch_it() -> None:
+    # the paired and rules mutants are caught in tests/test_paired_*.py and tests/test_rules_config.py
+    unnamed = [m.name for m in MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS if m.name not in SCENARIO_FOR]
+    assert not unnamed, f"mutants no scenario is required to catch: {unnamed}"
 
 
 @pytest.mark.needs("model-internals")
