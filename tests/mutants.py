@@ -1817,6 +1817,40 @@ class CorrelationUserPropertiesIgnored(FilterMutant):
         return CorrelationFilter(**system) if system else TrueFilter()
 
 
+
+# ------------------------------------------------------------------ an eighth batch
+class LockNotExclusive(Mutant):
+    """Hands a locked message to a competing receiver that finds nothing else (SETTLE-LOCK-001, SETTLE-LOCK-003)."""
+
+    name = "mutant-lock-not-exclusive"
+
+    def receive(self, receiver, max_count=1, max_wait=None):
+        got = super().receive(receiver, max_count, max_wait)
+        handed = self.__dict__.setdefault("_handed", {})
+        handed.update({(receiver.path, m.sequence_number): m for m in got if m.lock_token is not None})
+        if got or receiver.mode != "peek-lock" or receiver.session_id is not None:
+            return got
+        return [handed[(receiver.path, m.sequence_number)] for m in super().peek(receiver, max_count, 1)
+                if (receiver.path, m.sequence_number) in handed]
+
+
+class OneSubscriptionGetsTheMessage(Mutant):
+    """Delivers a topic's message to its first subscription only: the others select nothing (SETTLE-TOPIC-001)."""
+
+    name = "mutant-one-subscription-gets-the-message"
+
+    def create_subscription(self, topic_path, name, **properties):
+        from sbreference import FalseFilter, Rule
+
+        first = topic_path not in self.__dict__.setdefault("_topics", set())
+        self.__dict__["_topics"].add(topic_path)
+        path = super().create_subscription(topic_path, name, **properties)
+        if not first:
+            super().remove_rule(path, "$Default")
+            super().add_rule(path, Rule("$Default", FalseFilter(), None))
+        return path
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey,
            LockDurationIgnored, ReceivesNewestFirst]
 
@@ -1901,7 +1935,7 @@ NEW_MUTANTS = [
     TransactionSessionsSplit, SqlPropertyFunctionUnknown, SqlSystemPropertiesNull, SqlDoubledQuoteKept,
     SqlDelimitedNamesUnknown, TransactionQuotaIgnored,
     PipelinedSendsLost, DuplicatesSpreadOverPartitions, ActionSystemPropertiesIgnored,
-    CorrelationUserPropertiesIgnored,
+    CorrelationUserPropertiesIgnored, LockNotExclusive, OneSubscriptionGetsTheMessage,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

@@ -157,6 +157,9 @@ SCENARIO_FOR = {
     "mutant-duplicates-spread-over-partitions": "with_duplicate_detection_the_message_id_is_the_key_so_a_copy_meets_its_original",
     "mutant-action-system-properties-ignored": "actions_set_system_properties_and_compute_from_the_messages_properties",
     "mutant-correlation-user-properties-ignored": "a_correlation_filter_on_user_properties_of_several_types",
+    "mutant-lock-not-exclusive": ("while_the_only_message_is_locked_a_competing_receiver_gets_nothing",
+                                  "a_locked_message_is_invisible_to_a_competing_receiver_which_gets_the_next_one"),
+    "mutant-one-subscription-gets-the-message": "every_subscription_gets_its_own_copy_settled_independently",
 }
 
 
