@@ -1851,6 +1851,44 @@ class OneSubscriptionGetsTheMessage(Mutant):
         return path
 
 
+
+class RuleChangeEmptiesSubscription(Mutant):
+    """Empties a subscription when its rules change, as if filters applied to stored messages (RULES-RULE-005)."""
+
+    name = "mutant-rule-change-empties-subscription"
+
+    def _empty(self, path):
+        drain = super().receiver(path, "receive-and-delete")
+        while super().receive(drain, 100, 0):
+            pass
+        super().close_handle(drain)
+
+    def add_rule(self, subscription_path, rule):
+        super().add_rule(subscription_path, rule)
+        self._empty(subscription_path)
+
+    def remove_rule(self, subscription_path, name):
+        super().remove_rule(subscription_path, name)
+        self._empty(subscription_path)
+
+
+class ExpiredDeferredDropped(Mutant):
+    """Drops a deferred message found expired when asked for, instead of dead-lettering it (SETTLE-DEFR-005)."""
+
+    name = "mutant-expired-deferred-dropped"
+
+    def receive_deferred(self, receiver, sequence_numbers):
+        try:
+            return super().receive_deferred(receiver, sequence_numbers)
+        except ServiceBusError as error:
+            if error.code is ErrorCode.MESSAGE_NOT_FOUND:
+                dlq = super().receiver(receiver.path + "/$DeadLetterQueue")
+                for m in super().receive(dlq, 100, 0):
+                    (super().complete if m.sequence_number in sequence_numbers else super().abandon)(dlq, m)
+                super().close_handle(dlq)
+            raise
+
+
 MUTANTS = [DeliveryCountAlwaysOne, CompleteIgnored, OnlyHolderSettles, ExpiredLockSettles, DeferLosesMessage, AbandonWaitsForExpiry, IgnoresPartitionKey,
            LockDurationIgnored, ReceivesNewestFirst]
 
@@ -1935,7 +1973,8 @@ NEW_MUTANTS = [
     TransactionSessionsSplit, SqlPropertyFunctionUnknown, SqlSystemPropertiesNull, SqlDoubledQuoteKept,
     SqlDelimitedNamesUnknown, TransactionQuotaIgnored,
     PipelinedSendsLost, DuplicatesSpreadOverPartitions, ActionSystemPropertiesIgnored,
-    CorrelationUserPropertiesIgnored, LockNotExclusive, OneSubscriptionGetsTheMessage,
+    CorrelationUserPropertiesIgnored, LockNotExclusive, OneSubscriptionGetsTheMessage, RuleChangeEmptiesSubscription,
+    ExpiredDeferredDropped,
 ]
 
 for _mutant in MUTANTS + PAIRED_MUTANTS + RULES_MUTANTS + SCENARIO_MUTANTS + NEW_MUTANTS:

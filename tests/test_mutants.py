@@ -160,6 +160,8 @@ SCENARIO_FOR = {
     "mutant-lock-not-exclusive": ("while_the_only_message_is_locked_a_competing_receiver_gets_nothing",
                                   "a_locked_message_is_invisible_to_a_competing_receiver_which_gets_the_next_one"),
     "mutant-one-subscription-gets-the-message": "every_subscription_gets_its_own_copy_settled_independently",
+    "mutant-rule-change-empties-subscription": "rules_decide_on_arrival_changing_them_leaves_stored_messages_alone",
+    "mutant-expired-deferred-dropped": "a_deferred_message_asked_for_after_its_expiry_is_deadlettered_not_returned",
 }
 
 
