@@ -15,16 +15,15 @@ pytest.importorskip("azure.servicebus", reason="the sdk extra (azure-servicebus)
 pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
 
 from azure.core.exceptions import ResourceNotFoundError  # noqa: E402
-from azure.servicebus.management import ServiceBusAdministrationClient  # noqa: E402
 
 from sbreference import MINUTE, Namespace, VirtualClock  # noqa: E402
-from sbconform.server import Config, serve_in_thread  # noqa: E402
 from sbconform.server.admin_api import AdminApi  # noqa: E402
-from sbconform.server.admin_http import AdminHttp, plain_http_transport  # noqa: E402
+from sbconform.server.admin_http import AdminHttp  # noqa: E402
 from sbconform.server.atom import entry_xml  # noqa: E402
 from sbconform.targets.proton_client import ControlClient  # noqa: E402
 
-from serve_support import ATTACH, DETACH, KEY, KEY_NAME, attach, condition_of, connection_string, flow  # noqa: E402
+from serve_support import ATTACH, DETACH, KEY, KEY_NAME, attach, condition_of, flow  # noqa: E402
+from test_admin_http import admin, broker  # noqa: E402,F401 (fixtures: a server with its REST API, its administration client)
 from test_serve_security import InProcess, authorized_sender  # noqa: E402
 
 IDLE = 5 * MINUTE
@@ -46,25 +45,6 @@ class _Server:
 
     def entities_deleted(self, keys) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def broker():
-    server, thread = serve_in_thread(Config())
-    http = AdminHttp(server, "127.0.0.1", 0)
-    http.start()
-    yield server, http
-    http.stop()
-    server.stop()
-    thread.join(10)
-
-
-@pytest.fixture
-def admin(broker):
-    with ServiceBusAdministrationClient.from_connection_string(
-        connection_string(broker[1].port), transport=plain_http_transport(), retry_total=0
-    ) as client:
-        yield client
 
 
 # ------------------------------------------------------------ 1. lists and gets
@@ -272,3 +252,18 @@ def test_config_json_accepts_auto_delete_on_idle_without_applying_it() -> None:
     config = parse_config({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
         {"Name": "q", "Properties": {"AutoDeleteOnIdle": "PT5M"}}]}]}})
     assert config.build().describe("q").auto_delete_on_idle == TIMESPAN_MAX
+
+
+def test_an_entity_made_temporary_over_the_control_node_is_deleted_when_the_clock_moves_on(srv: InProcess) -> None:
+    """The server keeps the model's next idle deadline (asking costs a look at every temporary entity): one
+    made after it, nearer, is still deleted when advance-time passes it."""
+    srv.on_loop(lambda: srv.server.namespace.create_queue("far", auto_delete_on_idle=24 * 60 * MINUTE))
+    control = ControlClient("127.0.0.1", srv.port, KEY_NAME, KEY)
+    try:
+        c = authorized_sender(srv.port, "open", handle=5)  # (a connection: the loop turns once a second)
+        control.call("create-queue", name="near", properties={"auto_delete_on_idle": IDLE})
+        control.call("advance-time", ms=IDLE + 1000)
+        assert not srv.on_loop(lambda: "near" in srv.server.namespace.entities)
+        c.close()
+    finally:
+        control.close()

@@ -134,4 +134,5 @@ class Nodes:
         elif changes.keys:
             self.dirty.update(changes.keys)
         if changes.shifted_ms:
+            self._idle_asked = 0.0  # an entity made temporary meanwhile is looked at (Server._idle_deadline)
             self._on_time()
