@@ -29,14 +29,13 @@ from typing import Sequence, TextIO
 
 from sbspec import load_catalog
 
-from .certify_outputs import lock_report_dir, output_problem, report_dir_locks, run_info, secrets_of, write_outputs
+from .certify_outputs import exit_status, lock_report_dir, output_problem, report_dir_locks, run_info, secrets_of, write_outputs
 from .coverage import collection_paths, kit_root
 from .report import area_line, build_report, clause_patterns, load_expectations, selects, summary_line
 from .progress import LiveLine
 from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, mask, mask_value
 
-INTERRUPTED = 130
 TRAILER = ("rootdir:", "inifile:", "configfile:")  # pytest's lines after its error: not what broke
 
 
@@ -231,24 +230,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
             print(area_line(area, counts), file=out)
     print(summary_line(report["target"].get("name", target), s) + "\n" + "\n".join(f"  {p}" for p in written),
           file=out, flush=True)
-    if interrupted:
-        print(f"sbconform certify: {incomplete}: the children were stopped; partial report marked incomplete",
-              file=sys.stderr, flush=True)
-        return INTERRUPTED
-    if incomplete:
-        print(f"sbconform certify: {incomplete}: report marked incomplete, not certified; raise --shard-timeout "
-              f"if the tests need longer", file=sys.stderr, flush=True)
-        # a MUST clause whose test timed out fails (as --help says); else nothing was graded that could fail
-        return 1 if s["strict_fail"] else 2
-    if not raw["tests"]:
-        print("sbconform certify: no test ran; nothing is graded", file=sys.stderr, flush=True)
-        return 2
-    if s["unexpected_pass"]:  # the user's file is wrong, not the target: 2 (1 only if a MUST clause also failed)
-        stale = [cid for cid, e in report["clauses"].items() if e.get("unexpected_pass")]
-        print(f"sbconform certify: --expectations {expectations}: out of date: {', '.join(stale)} "
-              f"pass{'es' if len(stale) == 1 else ''} where it says fail or skip; update the file",
-              file=sys.stderr, flush=True)
-    return (2 if s["unexpected_pass"] else 0) if s["passed"] else 1
+    return exit_status(report, bool(raw["tests"]), bool(interrupted), incomplete, expectations, target, written)
 
 
 class _Run:

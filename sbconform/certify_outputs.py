@@ -6,6 +6,7 @@ it and exits 2, with no report, never found after a run of many minutes); the ru
 from __future__ import annotations
 
 import contextlib
+import sys
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -164,3 +165,38 @@ def lock_report_dir(report_dir: Path) -> str | None:
     else:
         _unscoped.append(handle)
     return None
+
+
+#: certify's exit status when Ctrl-C or SIGTERM stopped it
+INTERRUPTED = 130
+
+
+def exit_status(report: dict[str, Any], tests_ran: bool, interrupted: bool, incomplete: str | None,
+                expectations: Any, target: str, written: list[Path]) -> int:
+    """certify's exit status for its report, with the one line that says why when it is not 0:
+    0 no MUST clause failed, 1 one did, 2 no verdict (nothing graded, a stale expectations file),
+    130 interrupted."""
+    s = report["summary"]
+    if interrupted:
+        print(f"sbconform certify: {incomplete}: the children were stopped; partial report marked incomplete",
+              file=sys.stderr, flush=True)
+        return INTERRUPTED
+    if incomplete:
+        print(f"sbconform certify: {incomplete}: report marked incomplete, not certified; raise --shard-timeout "
+              f"if the tests need longer", file=sys.stderr, flush=True)
+        # a MUST clause whose test timed out fails (as --help says); else nothing was graded that could fail
+        return 1 if s["strict_fail"] else 2
+    if not tests_ran:
+        print("sbconform certify: no test ran; nothing is graded", file=sys.stderr, flush=True)
+        return 2
+    if not s["graded"]:  # every clause skipped: no verdict, never a pass (a full run says NOT CERTIFIED, a narrowed one NOTHING GRADED)
+        chosen = f"{s['total'] - s['not_selected']} selected" if s["not_selected"] else f"catalog's {s['total']}"
+        print(f"sbconform certify: nothing was graded: the {chosen} clauses were all skipped on target {target!r} "
+              f"(the reasons are in {written[0]})", file=sys.stderr, flush=True)
+        return 2
+    if s["unexpected_pass"]:  # the user's file is wrong, not the target: 2 (1 only if a MUST clause also failed)
+        stale = [cid for cid, e in report["clauses"].items() if e.get("unexpected_pass")]
+        print(f"sbconform certify: --expectations {expectations}: out of date: {', '.join(stale)} "
+              f"pass{'es' if len(stale) == 1 else ''} where it says fail or skip; update the file",
+              file=sys.stderr, flush=True)
+    return (2 if s["unexpected_pass"] else 0) if s["passed"] else 1

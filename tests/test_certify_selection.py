@@ -47,3 +47,17 @@ def test_the_static_files_hold_every_test_pytest_finds_for_each_clause(tmp_path)
 
 def test_no_selection_collects_the_whole_tests_directory() -> None:
     assert collection_paths(kit_root(), [], load_catalog()) == [str(kit_root() / "tests")]
+
+
+def test_a_run_that_graded_nothing_is_no_verdict_not_a_pass(tmp_path) -> None:
+    """Every selected clause skipped (the target lacks what they need): the report says NOTHING
+    GRADED, and certify exited 0, as if the target had passed them; a CI job took it for a pass.
+    It is 2 (no verdict), with one line saying why."""
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "reference", "--option", "without=sessions",
+                          "--report-dir", str(tmp_path / "r"), "--clause", "SETTLE-SESS-00[1-3]", "--jobs", "1"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "NOTHING GRADED" in run.stdout
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing was graded" in lines[0] and "3 selected clauses" in lines[0], run.stderr
+    assert (tmp_path / "r" / "report.json").exists()  # the report still says why each was skipped
