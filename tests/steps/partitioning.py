@@ -11,7 +11,7 @@ from pytest_bdd import step as bdd_step
 
 from sbreference import partition_of
 
-from .world import World, entity_properties, message_attributes, quoted, seconds
+from .world import World, assert_locked_for, entity_properties, message_attributes, quoted, seconds
 
 IDS = r'"[^"]+"(?:, "[^"]+")*'
 
@@ -323,12 +323,9 @@ def all_locked_for(world: World, r: str, n: str) -> None:
     world.require_no_pending_error()
     got = world.got.get(r, [])
     assert got, f"receiver {r!r} got nothing"
-    tolerance = getattr(world.target, "clock_tolerance", 0)
     for m in got:
-        start = world.received_at[m.message_id]
-        assert m.locked_until is not None and abs(m.locked_until - start - seconds(n)) <= tolerance, (
-            f"{m.message_id!r} is locked until {m.locked_until}, received at {start}"
-        )
+        assert_locked_for(world, m.locked_until, world.receive_began[m.message_id], world.received_at[m.message_id], n,
+                          f"{m.message_id!r}", "it was received")
 
 
 @step(r'"(?P<entity>[^"]+)" reports (?P<n>\d+) active messages and availability "(?P<status>[^"]+)"')

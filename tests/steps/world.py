@@ -100,7 +100,8 @@ class World:
         self.received_at: dict[str, int] = {}  # message id -> when it was last received
         self.sequence_numbers: dict[str, int] = {}  # message id -> last known sequence number
         self.scheduled: dict[str, int] = {}  # message id -> number returned by scheduling
-        self.renewals: dict[str, tuple[int, int]] = {}  # id or receiver -> (renewed at, locked until)
+        self.renewals: dict[str, tuple[int, int, int]] = {}  # id or receiver -> (renewal asked, answered, locked until)
+        self.receive_began: dict[str, int] = {}  # id -> the target's time when the receive that got it was asked for
         self.peeked: list[Received] = []
         self.error: ServiceBusError | None = None
         self.error_checked = True
@@ -159,13 +160,15 @@ class World:
             raise AssertionError(f"receiver {receiver!r} never received {message_id!r}") from None
 
     # ------------------------------------------------------------ actions
-    def record(self, receiver: str, messages: list[Received]) -> None:
+    def record(self, receiver: str, messages: list[Received], began: int | None = None) -> None:
+        """``began``: the target's time before the receive was asked for (its lock was taken between then and now)."""
         now = self.target.now()
         self.got[receiver] = messages
         held = self.held.setdefault(receiver, {})
         for m in messages:
             held[m.message_id] = m
             self.received_at[m.message_id] = now
+            self.receive_began[m.message_id] = now if began is None else began
             self.sequence_numbers[m.message_id] = m.sequence_number
 
     def receive(self, name: str, count: int, wait: int | None = None) -> None:
@@ -173,6 +176,7 @@ class World:
         handle = self.receiver(name)
         out: list[Received] = []
         first = True
+        began = self.target.now()
         while len(out) < count:
             batch = self.attempt(self.target.receive, handle, count - len(out), wait if first else None)
             if batch is None:  # failed: the error is pending
@@ -181,7 +185,7 @@ class World:
             if not batch:
                 break
             out.extend(batch)
-        self.record(name, out)
+        self.record(name, out, began)
 
     def peek_all(self, ref: str, page: int = 250) -> list[Received]:
         """Every message, peeking on from the last sequence number seen until a peek
@@ -233,7 +237,7 @@ class World:
             renewed_at = t.now()
             until = self.attempt(t.renew_lock, handle, message)
             if until is not None:
-                self.renewals[message.message_id] = (renewed_at, until)
+                self.renewals[message.message_id] = (renewed_at, t.now(), until)
         else:
             raise ValueError(f"unknown settlement {op!r}")
 
@@ -255,3 +259,16 @@ __all__ = [
     "quoted",
     "seconds",
 ]
+
+
+def assert_locked_for(world: World, until: int | None, began: int, ended: int, n: str, what: str, when: str) -> None:
+    """The lock was taken (or renewed) some time during the call, between ``began`` and ``ended`` on the
+    target's clock: ``until`` is ``n`` seconds after an instant in that span, within the target's
+    clock tolerance. (The span is one instant on the model; through an SDK a call takes time, and
+    measured from one end alone a slow call read as a lock seconds too long or short.)"""
+    tolerance = getattr(world.target, "clock_tolerance", 0)
+    taken = None if until is None else until - seconds(n)
+    assert taken is not None and began - tolerance <= taken <= ended + tolerance, (
+        f"{what} is locked until {until}: {None if until is None else until - began} ms after {when} was asked for, "
+        f"{None if until is None else until - ended} ms after it was answered (expected {seconds(n)})"
+    )
