@@ -224,3 +224,61 @@ def test_record_says_at_once_when_the_upstream_refuses_its_key(tmp_path, capsys)
         line = one_error(capsys, ["record", "--upstream", upstream, "--out", str(tmp_path / "rec"), "--listen", "127.0.0.1:0"])
     assert "--upstream" in line and "authentication refused" in line and "NOT-THE-KEY" not in line
     assert not (tmp_path / "rec").exists()
+
+
+# ------------------------------------------------------------------ replay of remote paths
+
+
+@pytest.fixture
+def no_spark(monkeypatch) -> None:
+    """A refusal expected before Spark starts: were it not refused, the test fails at once."""
+    import sbconform.trace.spark_replay
+
+    def replay_spark(*args, **kwargs):
+        raise AssertionError("Spark was started")
+    monkeypatch.setattr(sbconform.trace.spark_replay, "replay_spark", replay_spark)
+
+
+@pytest.fixture
+def local_trace(tmp_path) -> Path:
+    return a_trace(tmp_path / "local.jsonl")
+
+
+@pytest.mark.parametrize("remote", ["hdfs://nn/traces/run1", "s3a://bucket/t.parquet", "http://example.invalid/t.jsonl",
+                                    "s3://b/t.ndjson"])
+@pytest.mark.parametrize("with_local", [False, True])
+def test_replay_local_refuses_a_remote_path_by_name(tmp_path, capsys, local_trace, remote, with_local) -> None:
+    """--local read hdfs:// with open() ('[Errno 2] No such file ...'), http:// through pyarrow
+    ('ArrowInvalid: Unrecognized filesystem type', said as the replay failing)."""
+    paths = [str(local_trace), remote] if with_local else [remote]
+    line = one_error(capsys, ["replay", "--local", *paths])
+    assert remote in line and "--local" in line and "Errno" not in line and "failed" not in line
+
+
+@pytest.mark.usefixtures("no_spark")
+@pytest.mark.parametrize("paths", [
+    lambda local: ["hdfs://nn/traces/a.parquet", "hdfs://nn/traces/b.parquet"],
+    lambda local: [str(local), "hdfs://nn/traces/a.jsonl"],
+    lambda local: ["s3a://bucket/a.jsonl", "s3a://bucket/b.parquet"],
+])
+def test_replay_on_spark_refuses_remote_inputs_it_would_merge_unchecked(tmp_path, capsys, monkeypatch, local_trace,
+                                                                        paths) -> None:
+    """Several remote inputs were read by Spark as one trace, unchecked (two traces' events
+    interleaved: violations that are not; a .jsonl read as Parquet), a local path beside a
+    remote one resolved on the cluster's file system."""
+    monkeypatch.chdir(tmp_path)
+    given = paths(local_trace)
+    line = one_error(capsys, ["replay", "--out", str(tmp_path / "r"), *given])
+    assert given[1] in line
+    assert not (tmp_path / "r").exists() and not (tmp_path / "replay-out").exists()
+
+
+def test_a_remote_ndjson_trace_is_read_as_json_lines(monkeypatch) -> None:
+    from sbconform.trace import replay
+    from sbconform.trace.replay import locate
+
+    monkeypatch.setattr(replay, "_remote_layout", lambda root: None)  # pyarrow's HDFS client: a JVM, a name node
+
+    assert locate(["hdfs://nn/traces/t.ndjson"])["format"] == "json"
+    assert locate(["hdfs://nn/traces/t.jsonl"])["format"] == "json"
+    assert locate(["hdfs://nn/traces/t.parquet"])["format"] == "parquet"

@@ -45,10 +45,18 @@ def print_summary(summary: dict, out: str | None) -> None:
         print(f"results: {out}")
 
 
-def preflight(paths: list[str], out: str | None) -> str | None:
+def preflight(paths: list[str], out: str | None, local: bool = False) -> str | None:
     """One line naming what is wrong with the inputs or the output, else None (local paths only:
     a remote path is Spark's to read)."""
     from ..trace.replay import _is_remote, is_jsonl, locate
+
+    remote = [p for p in paths if _is_remote(p)]
+    if remote and local:  # read with open() ("No such file") or a pyarrow file system it may not have
+        return f"{remote[0]}: a remote path: --local reads local files; replay it on Spark (without --local), or copy it here"
+    if remote and len(paths) > 1:  # Spark would read them as one trace, unchecked (two traces, two encodings)
+        other = next(p for p in paths if p != remote[0]) if remote[0] == paths[0] else remote[0]
+        return (f"{other}: replay one remote trace at a time, as one path (its directory, or its one file): "
+                f"the inputs beside {paths[0]} cannot be checked here to be one trace in one encoding")
 
     if out and not _is_remote(out):
         target = Path(out)
@@ -152,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from ..trace.schema import TraceFormatError
 
     try:
-        problem = preflight(args.paths, args.out)
+        problem = preflight(args.paths, args.out, args.local)
     except (TraceFormatError, FileNotFoundError) as error:
         problem = str(error)
     if problem:

@@ -189,7 +189,7 @@ def locate(paths: list[str]) -> dict[str, Any]:
             return {"layout": "by-piece", "files": [f"{root}/{f}" for f in layout["files"]], "format": "parquet",
                     "max_file_bytes": layout.get("max_file_bytes", 0), "buckets": layout.get("buckets")}
     if any(_is_remote(p) for p in paths):
-        return {"layout": "time", "files": paths, "format": "json" if all(p.endswith(".jsonl") for p in paths) else "parquet",
+        return {"layout": "time", "files": paths, "format": "json" if all(map(is_jsonl, paths)) else "parquet",
                 "max_file_bytes": 0}
     if len(paths) == 1 and Path(paths[0]).is_dir() and (Path(paths[0]) / "_layout.json").exists():
         root = Path(paths[0])
