@@ -282,3 +282,21 @@ def test_a_remote_ndjson_trace_is_read_as_json_lines(monkeypatch) -> None:
     assert locate(["hdfs://nn/traces/t.ndjson"])["format"] == "json"
     assert locate(["hdfs://nn/traces/t.jsonl"])["format"] == "json"
     assert locate(["hdfs://nn/traces/t.parquet"])["format"] == "parquet"
+
+
+# ------------------------------------------------------------------ hostile and careless files
+
+
+def test_replay_local_reads_a_trace_with_a_byte_order_mark_as_convert_and_diff_do(tmp_path, capsys) -> None:
+    """A BOM (an editor's save on Windows): convert and diff took the file, replay --local said
+    'bom.jsonl:1: not JSON (Unexpected UTF-8 BOM ...)'."""
+    plain = tmp_path / "g.jsonl"
+    assert main(["generate", "--events", "300", "--entities", "1", "--out", str(plain)]) == 0
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    capsys.readouterr()
+    assert main(["replay", "--local", str(plain)]) == 0
+    expected = capsys.readouterr().out.split(" events")[0]
+    assert main(["replay", "--local", str(bom)]) == 0
+    assert capsys.readouterr().out.split(" events")[0] == expected
+    assert main(["diff", str(bom), str(plain)]) == 0

@@ -264,7 +264,7 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
 
     schema = arrow_schema()
     rows: list[dict] = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte order mark is read past, as read_jsonl does
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
