@@ -300,3 +300,15 @@ def test_replay_local_reads_a_trace_with_a_byte_order_mark_as_convert_and_diff_d
     assert main(["replay", "--local", str(bom)]) == 0
     assert capsys.readouterr().out.split(" events")[0] == expected
     assert main(["diff", str(bom), str(plain)]) == 0
+
+
+@pytest.mark.parametrize("command", [["replay", "--local"], ["diff"], ["convert"]])
+def test_a_line_that_is_not_utf8_is_one_line_naming_the_file_and_line(tmp_path, capsys, command) -> None:
+    """replay --local said 'the replay failed, no verdict: UnicodeDecodeError ... position 628'."""
+    path = a_trace(tmp_path / "bad.jsonl")
+    with open(path, "ab") as f:
+        f.write(b'{"trace":"\xff\xfe"}\n')
+        f.write((json.dumps({**EVENT, "pos": 2}) + "\n").encode())
+    extra = {"replay": [], "diff": [str(path)], "convert": [str(tmp_path / "out.parquet")]}[command[0]]
+    line = one_error(capsys, [*command, str(path), *extra])
+    assert f"{path}:3" in line and "failed" not in line

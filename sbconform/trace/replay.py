@@ -264,14 +264,16 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
 
     schema = arrow_schema()
     rows: list[dict] = []
-    with open(path, encoding="utf-8-sig") as f:  # a byte order mark is read past, as read_jsonl does
+    with open(path, "rb") as f:  # bytes, as read_jsonl reads them: a byte order mark read past, bad UTF-8 named by line
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 obj = loads(line, f"{path}:{number}")  # nested too deeply: TraceFormatError naming the line
+            except UnicodeDecodeError as error:
+                raise TraceFormatError(f"{path}:{number}: not UTF-8 text ({error})") from None
             except json.JSONDecodeError as error:
-                if not line.endswith("\n"):
+                if not line.endswith(b"\n"):
                     if report is not None:
                         report.append(f"{path}:{number}: last line cut short; everything before it was checked")
                     break
