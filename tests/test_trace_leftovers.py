@@ -312,3 +312,18 @@ def test_a_line_that_is_not_utf8_is_one_line_naming_the_file_and_line(tmp_path, 
     extra = {"replay": [], "diff": [str(path)], "convert": [str(tmp_path / "out.parquet")]}[command[0]]
     line = one_error(capsys, [*command, str(path), *extra])
     assert f"{path}:3" in line and "failed" not in line
+
+
+def test_replay_local_refuses_events_out_of_position_order_as_convert_and_diff_do(tmp_path, capsys) -> None:
+    """Two lines swapped: convert and diff named the line, replay --local checked the events in
+    file order and answered 'unknown: overlapping operations exceed the search bound'."""
+    plain = tmp_path / "g.jsonl"
+    assert main(["generate", "--events", "300", "--entities", "1", "--out", str(plain)]) == 0
+    lines = plain.read_text().splitlines(keepends=True)
+    swapped = tmp_path / "swapped.jsonl"
+    swapped.write_text("".join([lines[0], lines[2], lines[1], *lines[3:]]))
+    capsys.readouterr()
+    for argv in (["replay", "--local", str(swapped)], ["convert", str(swapped), str(tmp_path / "s.parquet")],
+                 ["diff", str(swapped), str(plain)]):
+        line = one_error(capsys, argv)
+        assert f"{swapped}:3" in line and "'pos' is 0" in line

@@ -264,6 +264,7 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
 
     schema = arrow_schema()
     rows: list[dict] = []
+    last_pos = -1
     with open(path, "rb") as f:  # bytes, as read_jsonl reads them: a byte order mark read past, bad UTF-8 named by line
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -283,6 +284,10 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
             if "format" in obj and "pos" not in obj:
                 continue  # the header
             rows.append(check_event(obj, f"{path}:{number}"))
+            if rows[-1]["pos"] <= last_pos:  # checked in file order: out of order is not the trace read_jsonl takes
+                raise TraceFormatError(f"{path}:{number}: field 'pos' is {rows[-1]['pos']}, not after the previous "
+                                       f"event's {last_pos}")
+            last_pos = rows[-1]["pos"]
             if len(rows) >= batch_size:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
                 rows = []
