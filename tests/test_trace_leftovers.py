@@ -327,3 +327,18 @@ def test_replay_local_refuses_events_out_of_position_order_as_convert_and_diff_d
                  ["diff", str(swapped), str(plain)]):
         line = one_error(capsys, argv)
         assert f"{swapped}:3" in line and "'pos' is 0" in line
+
+
+@pytest.mark.parametrize("newline", [True, False])
+def test_a_line_longer_than_any_event_is_refused_without_reading_it_whole(tmp_path, capsys, monkeypatch, newline) -> None:
+    """A trace line of gigabytes (no newline: a binary file named .jsonl) was read into memory whole."""
+    from sbconform.trace import io
+
+    monkeypatch.setattr(io, "MAX_LINE", 4096)
+    path = a_trace(tmp_path / "huge.jsonl")
+    with open(path, "a") as f:
+        f.write('{"trace":"t1","pos":1,"args":"' + "x" * 10_000 + '"}' + ("\n" if newline else ""))
+    with pytest.raises(TraceFormatError, match=rf"{path}:3: .*longer than"):
+        list(read_jsonl(path))
+    line = one_error(capsys, ["replay", "--local", str(path)])
+    assert f"{path}:3" in line and "longer than" in line

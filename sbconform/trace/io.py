@@ -31,6 +31,25 @@ from .schema import check_header as _check_header
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+#: the longest line a JSON Lines trace may hold (an event's application properties are within
+#: Service Bus's 64 KB header, its body is measured, not kept): longer is not a trace event
+MAX_LINE = 16 * 1024 * 1024
+
+
+def bounded_lines(f: Any, path: str, first: int = 1) -> Iterator[bytes]:
+    """The lines of a binary file (numbered from ``first``), each at most ``MAX_LINE`` bytes: a
+    longer one is a TraceFormatError naming ``path:line``, found without reading it whole."""
+    number = first - 1
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE:
+            raise TraceFormatError(f"{path}:{number}: a line longer than {MAX_LINE:,} bytes: not a trace event")
+        yield raw
+
+
 #: rows per Parquet row group (the format allows any; readers should expect 64k-1M)
 ROW_GROUP = 262_144
 
@@ -147,7 +166,7 @@ def read_jsonl(
     """
     path_s = str(path)
     with open(path, "rb") as f:
-        first = f.readline()
+        first = next(bounded_lines(f, path_s), b"")
         if not first:
             raise TraceFormatError(f"{path_s}:1: empty file, no header line")
         if not first.endswith(b"\n"):
@@ -165,7 +184,7 @@ def read_jsonl(
         count = 0
         lineno = 1
         pending: bytes | None = None  # a line read but not yet known not to be the last
-        for raw in f:
+        for raw in bounded_lines(f, path_s, 2):
             lineno += 1
             if not raw.endswith(b"\n"):
                 pending = raw

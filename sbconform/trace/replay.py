@@ -260,13 +260,14 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
     """JSON Lines, the header first; a line cut short at the end is reported and skipped."""
     import pyarrow as pa
 
+    from .io import bounded_lines
     from .schema import arrow_schema, check_event, loads
 
     schema = arrow_schema()
     rows: list[dict] = []
     last_pos = -1
     with open(path, "rb") as f:  # bytes, as read_jsonl reads them: a byte order mark read past, bad UTF-8 named by line
-        for number, line in enumerate(f, 1):
+        for number, line in enumerate(bounded_lines(f, path), 1):
             if not line.strip():
                 continue
             try:
