@@ -342,3 +342,22 @@ def test_a_line_longer_than_any_event_is_refused_without_reading_it_whole(tmp_pa
         list(read_jsonl(path))
     line = one_error(capsys, ["replay", "--local", str(path)])
     assert f"{path}:3" in line and "longer than" in line
+
+
+@pytest.mark.parametrize("column, kind", [("pos", "string"), ("time", "double")])
+def test_replay_local_refuses_a_parquet_trace_whose_column_types_are_off(tmp_path, capsys, column, kind) -> None:
+    """pos as text, time as a float: convert and diff said 'column 'pos' is string, expected
+    int64'; replay --local read the file and said every piece valid, exit 0."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    good = tmp_path / "g.parquet"
+    assert main(["generate", "--events", "300", "--entities", "1", "--out", str(good)]) == 0
+    table = pq.read_table(good)
+    i = table.schema.get_field_index(column)
+    off = table.set_column(i, pa.field(column, kind), table.column(column).cast(kind))
+    bad = tmp_path / "off.parquet"
+    pq.write_table(off.replace_schema_metadata(table.schema.metadata), bad)
+    capsys.readouterr()
+    line = one_error(capsys, ["replay", "--local", str(bad)])
+    assert str(bad) in line and f"column {column!r}" in line
