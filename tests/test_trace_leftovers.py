@@ -361,3 +361,17 @@ def test_replay_local_refuses_a_parquet_trace_whose_column_types_are_off(tmp_pat
     capsys.readouterr()
     line = one_error(capsys, ["replay", "--local", str(bad)])
     assert str(bad) in line and f"column {column!r}" in line
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_replay_refuses_a_by_piece_directory_holding_a_trace_file_it_would_skip(tmp_path, capsys, monkeypatch, local,
+                                                                               no_spark) -> None:
+    """A .jsonl copied into generate's directory was skipped without a word (only the bucket
+    files _layout.json lists are read): its events were never checked."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "bp"
+    assert main(["generate", "--events", "300", "--entities", "2", "--out", str(out)]) == 0
+    stray = a_trace(out / "extra.jsonl")
+    capsys.readouterr()
+    line = one_error(capsys, ["replay", *(["--local"] if local else []), "--out", str(tmp_path / "r"), str(out)])
+    assert str(stray) in line and "_layout.json" in line

@@ -71,6 +71,14 @@ def preflight(paths: list[str], out: str | None, local: bool = False) -> str | N
     if out and any(Path(p).is_dir() and os.path.realpath(p) == os.path.realpath(out) for p in paths):
         return f"--out {out}: is an input directory: the results (.jsonl among them) would be read as traces next time"
     where = locate(paths)
+    if where["layout"] == "by-piece":  # only the bucket files _layout.json lists are read: another would be skipped
+        from ..trace.io import trace_files
+
+        listed = {os.path.realpath(f) for f in where["files"]}
+        skipped = [str(f) for f in trace_files(paths[0]) if os.path.realpath(f) not in listed]
+        if skipped:
+            return (f"{skipped[0]}: in a by-piece trace directory (_layout.json) but not one of its bucket files: its "
+                    f"events would not be checked; move it out, or replay it on its own")
     for name in where["files"]:
         path = Path(name)
         if path.stat().st_size == 0:
