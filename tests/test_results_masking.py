@@ -15,13 +15,14 @@ def test_a_key_in_a_failure_reason_is_masked_verbatim_in_results_json(tmp_path: 
     plugin.mkdir()
     (plugin / "sb_leak.py").write_text(
         "def pytest_runtest_call(item):\n"
-        "    if 'not_deferred' in item.name:\n"
+        "    if 'deferred' in item.name:\n"
         "        raise AssertionError('the broker refused token VERBATIMKEY42')\n"
     )
     monkeypatch.setenv("PYTHONPATH", str(plugin))
     # the keys a connection string or a secondary= option would carry (the reference takes neither)
     monkeypatch.setattr(certify_module, "secrets_of", lambda connection_string, options: ("VERBATIMKEY42",))
-    code = certify_module.certify("reference", tmp_path / "report", clauses=["SETTLE-DEFR-*"], pytest_args=["-p", "sb_leak"])
+    code = certify_module.certify("reference", tmp_path / "report", clauses=["SETTLE-DEFR-001"], jobs=1,
+                                  pytest_args=["-p", "sb_leak", "tests/test_features.py"])
     assert code == 1
     results = (tmp_path / "report" / "results.json").read_text(encoding="utf-8")
     assert "the broker refused token ***" in results
