@@ -121,7 +121,8 @@ class Entity:
     def check_one(self, m: Message, now: int) -> int:
         """``check`` for a single message, without lists: its size, once it fits every limit."""
         size = message_size(m)
-        if size <= self.description.max_message_size and self.bytes + counted(size, self.large_times) <= self.max_bytes and (
+        # (a message over 1 MB counts more than its size, SETTLE-TIER-008: ``check`` measures it)
+        if size <= self.description.max_message_size and size <= LARGE_MESSAGE and self.bytes + size <= self.max_bytes and (
             size - MESSAGE_OVERHEAD - len(m.body) <= PROPERTY_LIMIT  # no header limit can apply (SETTLE-SEND-009)
         ) and (
             m.session_id is not None or not self.sends_need_session_id
@@ -302,7 +303,8 @@ class Entity:
         return [Delivery(m) for seq, m in sorted(self.scheduled.items()) if seq >= from_sequence_number]
 
     def _released(self, msg: StoredMessage) -> None:
-        self.bytes -= counted(msg.size, self.large_times)
+        size = msg.size
+        self.bytes -= size if size <= LARGE_MESSAGE else counted(size, self.large_times)
 
     def _new_store(self, path: str, d: EntityDescription, next_lock_token: Callable[[], int] | None = None) -> MessageStore:
         tokens = next_lock_token or self.next_lock_token
@@ -430,7 +432,7 @@ class Queue(Entity):
         default_ttl = self.description.default_message_time_to_live
         ttl = message.time_to_live
         ttl = default_ttl if ttl is None or ttl > default_ttl else ttl  # SETTLE-TTL-001
-        self.bytes += counted(size)  # SETTLE-TIER-008
+        self.bytes += size if size <= LARGE_MESSAGE else counted(size)  # SETTLE-TIER-008
         store = self.store
         if now >= store._due:
             store.tick(now)

@@ -32,7 +32,7 @@ from typing import Callable
 
 from .clock import NEVER, TIMESPAN_MAX
 from .dedup import DuplicateDetection
-from .entity import PING_CONTENT_TYPE, Entity, EntityDescription, FanOut, counted, effective_time_to_live, expiry
+from .entity import LARGE_MESSAGE, PING_CONTENT_TYPE, Entity, EntityDescription, FanOut, counted, effective_time_to_live, expiry
 from .errors import ErrorCode, ServiceBusError
 from .message import ACTIVE, Message, State, StoredMessage
 # Numbering, keys and the partitioned store, re-exported: callers import them from here.
@@ -308,7 +308,7 @@ class PartitionedQueue(PartitionedEntity):
         store = self.store.partitions[index]
         if self.description.forward_to is not None and self.forward(message, seq, now, store):
             return
-        self.bytes += counted(size)  # SETTLE-TIER-008 (a partitioned Premium message is at most 1 MB: once)
+        self.bytes += size if size <= LARGE_MESSAGE else counted(size)  # SETTLE-TIER-008 (a partitioned Premium message is at most 1 MB: once)
         if now >= store._due:
             store.tick(now)
         if message.time_to_live is None and self.description.default_message_time_to_live >= TIMESPAN_MAX:
