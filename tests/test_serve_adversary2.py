@@ -422,16 +422,7 @@ SESSION_CONFIG = {"UserConfig": {"Namespaces": [{"Name": "s", "Queues": [
 class SessionServer(InProcess):
     """``InProcess`` with a session queue ('sess') beside 'open'."""
 
-    def __init__(self, **limits) -> None:
-        import threading
-
-        from sbconform.server import parse_config
-        from sbconform.server.server import Limits, Server
-
-        self.server = Server(parse_config(SESSION_CONFIG), "127.0.0.1", 0, limits=Limits(**limits))
-        self.port = self.server.start()
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
+    config = SESSION_CONFIG
 
 
 def next_session_attach(name: str, handle: int, address: str, timeout_ms: int) -> bytes:

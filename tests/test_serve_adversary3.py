@@ -5,7 +5,6 @@ a thread of this process (``InProcess`` of ``test_serve_security``, here with it
 from __future__ import annotations
 
 import queue
-import threading
 
 import pytest
 
@@ -13,7 +12,6 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 
 from proton import UNDESCRIBED, Array, Data, Described, Message, symbol, uint, ulong  # noqa: E402
 
-from sbconform.server import parse_config  # noqa: E402
 from serve_support import ATTACH, CLOSE, DETACH, DISPOSITION, TRANSFER, RawClient, attach, condition_of, encode_value, flow, frame, performative  # noqa: E402,F401
 from test_serve_adversary2 import locked_delivery, management, outcome  # noqa: E402
 from test_serve_security import served  # noqa: E402
@@ -31,13 +29,7 @@ CONFIG = {"UserConfig": {"Namespaces": [{"Name": "adv3", "Queues": [
 class Configured(InProcess):
     """``InProcess`` with this module's entities."""
 
-    def __init__(self, **limits) -> None:
-        from sbconform.server.server import Limits, Server
-
-        self.server = Server(parse_config(CONFIG), "127.0.0.1", 0, limits=Limits(**limits))
-        self.port = self.server.start()
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
+    config = CONFIG
 
     def entity_bytes(self, path: str) -> int:
         return self.on_loop(lambda: self.server.namespace.entities[path].bytes)

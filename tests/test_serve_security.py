@@ -70,14 +70,16 @@ CONFIG = {
 
 
 class InProcess:
-    """A server on a thread of this process, with its own limits."""
+    """A server on a thread of this process, with its own limits, serving ``config`` (a subclass may name its own)."""
+
+    config = CONFIG
 
     def __init__(self, **limits) -> None:
         import threading
 
         from sbconform.server.server import Limits, Server
 
-        self.server = Server(parse_config(CONFIG), "127.0.0.1", 0, limits=Limits(**limits))
+        self.server = Server(parse_config(self.config), "127.0.0.1", 0, limits=Limits(**limits))
         self.port = self.server.start()
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

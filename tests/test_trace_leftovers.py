@@ -12,21 +12,10 @@ import pytest
 from sbconform.cli import main
 from sbconform.trace.io import JsonlWriter, read_events, read_jsonl
 from sbconform.trace.schema import TraceFormatError
+from test_cli_careless import one_error  # one line, no traceback (the careless-user helper)
 
 EVENT = {"trace": "t1", "pos": 0, "time": 0, "client": "c1", "op_id": 0, "op": "send", "phase": "invoke",
          "entity": "q", "args": "{}"}
-
-
-def one_error(capsys, argv: list[str], code: int = 2) -> str:
-    try:
-        assert main(argv) == code
-    except SystemExit as exit:  # refused when parsed
-        assert exit.code == code
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def a_trace(path: Path, *lines: str) -> Path:
