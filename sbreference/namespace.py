@@ -34,6 +34,9 @@ RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
 
 #: Messages per transaction.
 MAX_TRANSACTION_MESSAGES = 100
+#: SETTLE-PEEK-006: "Maximum number of messages returned in PeekMessagesAsync call: 250"
+#: (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas).
+MAX_PEEK_MESSAGES = 250
 
 
 class Namespace(Routing, Idleness, Provisioning):
@@ -251,7 +254,9 @@ class Namespace(Routing, Idleness, Provisioning):
         choose: Chooser | None = None,
     ) -> list[Delivery]:
         """SETTLE-PEEK-001..003: browse; on a queue this includes scheduled messages.
-        On a partitioned entity one partition answers (PART-PEEK-002); ``choose`` says which."""
+        On a partitioned entity one partition answers (PART-PEEK-002); ``choose`` says which.
+        SETTLE-PEEK-006: at most ``MAX_PEEK_MESSAGES`` whatever ``max_count`` asks for."""
+        max_count = min(max_count, MAX_PEEK_MESSAGES)
         entity, store = self._resolve(path)
         if entity.kind == "topic" and store is None:  # SETTLE-PEEK-005: its scheduled messages (azure-service-bus issue 352)
             entity.tick(self.clock.now)

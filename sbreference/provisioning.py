@@ -293,11 +293,15 @@ class Provisioning:
         was created, updated and accessed (virtual milliseconds). A topic's are its own (SETTLE-ENT-004):
         TopicRuntimeProperties has "scheduled_message_count", "size_in_bytes" and "subscription_count" but no
         active or dead-letter count, which its subscriptions report
-        (https://learn.microsoft.com/python/api/azure-servicebus/azure.servicebus.management.topicruntimeproperties)."""
+        (https://learn.microsoft.com/python/api/azure-servicebus/azure.servicebus.management.topicruntimeproperties).
+        A subscription's have no scheduled count and no size (SubscriptionRuntimeProperties: active, dead-letter,
+        total and transfer counts, and the times): its topic's scheduled messages and bytes are not its own."""
         entity, store = self._resolve(path)
         now = self.clock.now
         entity.tick(now)
-        info: dict[str, Any] = {"scheduled": len(entity.scheduled), "size_bytes": entity.bytes}
+        info: dict[str, Any] = {}
+        if entity.kind != "topic" or store is None:
+            info.update(scheduled=len(entity.scheduled), size_bytes=entity.bytes)
         if store is None and entity.kind == "topic":
             # "The DateTime at which a message was last sent to the topic" (TopicRuntimeProperties.AccessedAt, .NET)
             info.update(subscription_count=len(entity.subscriptions), accessed_at=entity.accessed_at)

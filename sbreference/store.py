@@ -447,10 +447,10 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         if failed:
             msg.delivery_count += 1
             if not self.is_dead_letter and msg.delivery_count >= self.max_delivery_count:
-                # SETTLE-LOCK-007: delivered max delivery count times without success.
-                self._to_dead_letter(
-                    msg, now, MAX_DELIVERY_COUNT_EXCEEDED, "Message could not be consumed after maximum delivery attempts."
-                )
+                # SETTLE-LOCK-007: delivered max delivery count times without success; the description as Service
+                # Bus writes it, with the count (the dead-letter page paraphrases: "after maximum delivery attempts").
+                self._to_dead_letter(msg, now, MAX_DELIVERY_COUNT_EXCEEDED,
+                                     f"Message could not be consumed after {self.max_delivery_count} delivery attempts.")
                 return
         if msg.deferred:
             self._set_deferred(msg)  # SETTLE-DEFR-004: an abandoned deferred message stays deferred
