@@ -149,6 +149,7 @@ def target_session(config: pytest.Config) -> TargetSession | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clauses(*ids): the spec clauses this test checks")
     config.addinivalue_line("markers", "needs(*capabilities): target capabilities this test requires")
+    config.addinivalue_line("markers", "local_service_bus(config): the Config.json (a path or a dict) of the local_service_bus fixture")
     try:
         session = config.stash[SESSION] = TargetSession(config.getoption("--sb-target"), target_options(config))
         session.capabilities  # fail early on an unknown target
@@ -391,6 +392,28 @@ def sb_target(sb_session: TargetSession) -> Iterator[Target]:
         yield target
     finally:
         target.close()
+
+
+@pytest.fixture
+def local_service_bus(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """``sbconform serve`` for one test of an application (``sbconform.local.LocalServiceBus``): its
+    entities from ``@pytest.mark.local_service_bus(config=...)`` (a Config.json path, or a dict in
+    its schema), else queue.1 and topic.1 with subscription.1; stopped after the test."""
+    from .local import LocalServiceBus, LocalServiceBusError
+
+    marker = request.node.get_closest_marker("local_service_bus")
+    config = None if marker is None else marker.kwargs.get("config", marker.args[0] if marker.args else None)
+    problem = None
+    try:
+        bus = LocalServiceBus(config=config).start()
+    except (LocalServiceBusError, TypeError) as error:
+        problem = f"local_service_bus: {error}"
+    if problem is not None:  # one line, outside the handler: no chained traceback
+        pytest.fail(problem, pytrace=False)
+    try:
+        yield bus
+    finally:
+        bus.stop()
 
 
 __all__ = ["ServiceBusError", "TargetSession", "catalog"]

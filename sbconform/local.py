@@ -1,0 +1,210 @@
+"""A local Service Bus for an application's own tests: ``sbconform serve`` in a child process.
+
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from sbconform.local import LocalServiceBus
+
+    with LocalServiceBus(config="Config.json") as bus:     # or a dict in the same schema; None: queue.1, topic.1
+        with ServiceBusClient.from_connection_string(bus.connection_string) as client:
+            ...
+        bus.advance(seconds=60)          # the broker's clock moves on: locks expire, TTLs, schedules
+        bus.take_down("orders")          # every operation on it fails until bring_back("orders")
+        admin = bus.admin_client()       # ServiceBusAdministrationClient on the management port
+
+One server per instance, on free ports of ``host`` (AMQP and the management REST API), with the
+entities of its ``Config.json`` (Microsoft's emulator's schema, README "sbconform serve"). What
+goes wrong is one ``LocalServiceBusError`` line: the config's error with its JSON path, or the
+server's exit code when it stopped under a test. The pytest plugin offers it per test as the
+``local_service_bus`` fixture (``sbconform.pytest_plugin``).
+
+``advance`` and ``take_down`` go through the server's ``$sbconform`` node: they are the kit's,
+not Service Bus operations, so an application's code under test never needs them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from typing import Any
+
+from .processes import stop_process
+
+START_TIMEOUT = 30.0  # seconds for the server's first line
+_LISTENING = re.compile(r"listening on [^:]+:(\d+).*?management API on http://[^:\s]+:(\d+)")
+_KEY = re.compile(r"SharedAccessKeyName=([^;]*);SharedAccessKey=([^;]*)")
+
+
+class LocalServiceBusError(RuntimeError):
+    """The local Service Bus could not start, or stopped: one line saying why."""
+
+
+class LocalServiceBus:
+    """``sbconform serve`` for one test, one module or one session of an application's tests."""
+
+    def __init__(self, config: str | os.PathLike | dict | None = None, *, host: str = "127.0.0.1") -> None:
+        if config is not None and not isinstance(config, (str, os.PathLike, dict)):
+            raise TypeError(f"config: a Config.json path or a dict in its schema, not {type(config).__name__}")
+        self.config = config
+        self.host = host
+        self.port: int | None = None
+        self.http_port: int | None = None
+        self.connection_string: str | None = None
+        self._process: subprocess.Popen | None = None
+        self._folder: str | None = None
+        self._control: Any = None
+        self._output: deque[str] = deque(maxlen=20)  # the server's last lines, for an error
+
+    # ------------------------------------------------------------ life
+    def start(self) -> "LocalServiceBus":
+        if self._process is not None:
+            raise LocalServiceBusError("this LocalServiceBus is already started (one server per instance)")
+        args = [sys.executable, "-m", "sbconform.cli", "serve", "--host", self.host, "--port", "0", "--http-port", "0"]
+        config = self.config
+        if isinstance(config, dict):
+            self._folder = tempfile.mkdtemp(prefix="sbconform-local-")
+            path = os.path.join(self._folder, "Config.json")
+            with open(path, "w", encoding="utf-8") as out:
+                json.dump(config, out)
+            config = path
+        if config is not None:
+            args += ["--config", os.fspath(config)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self._process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        first = self._read_line()
+        match = _LISTENING.search(first)
+        if not match:
+            rest = self._process.stdout.read() if self._exited() else ""  # type: ignore[union-attr]
+            problem = _one_line(first + rest) or "sbconform serve did not start"
+            if self._folder is not None:  # a dict: name it, not the file written for it
+                problem = problem.replace(os.fspath(config), "config (the dict given)")  # type: ignore[arg-type]
+            self.stop()
+            raise LocalServiceBusError(problem)
+        self.port, self.http_port = int(match[1]), int(match[2])
+        self.connection_string = self._read_line().strip()
+        threading.Thread(target=self._drain, daemon=True).start()  # the child never blocks on a full pipe
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (its messages go with it) and remove what ``start`` wrote. Idempotent."""
+        control, self._control = self._control, None
+        if control is not None:
+            control.close()
+        stop_process(self._process)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __enter__(self) -> "LocalServiceBus":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ endpoints
+    @property
+    def key(self) -> tuple[str, str]:
+        """The key name and key of the connection strings (the config's first key)."""
+        match = _KEY.search(self._started().connection_string or "")
+        assert match is not None, self.connection_string
+        return match[1], match[2]
+
+    @property
+    def admin_connection_string(self) -> str:
+        """For ``ServiceBusAdministrationClient``: the management REST API's port (5300 on the emulator)."""
+        name, key = self._started().key
+        return f"Endpoint=sb://localhost:{self.http_port};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true;"
+
+    def admin_client(self, **kwargs: Any) -> Any:
+        """A ``ServiceBusAdministrationClient`` on this server (plain HTTP, as the emulator's)."""
+        from azure.servicebus.management import ServiceBusAdministrationClient
+
+        from .server.admin_http import plain_http_transport
+
+        return ServiceBusAdministrationClient.from_connection_string(
+            self.admin_connection_string, transport=kwargs.pop("transport", None) or plain_http_transport(), **kwargs)
+
+    # ------------------------------------------------------------ the kit's controls
+    def advance(self, seconds: float | dt.timedelta = 0.0) -> None:
+        """Move the broker's clock ``seconds`` forward at once (never back): locks expire, messages
+        reach their time to live, scheduled messages are enqueued, as if that time had passed."""
+        if isinstance(seconds, dt.timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
+            raise ValueError(f"advance: a number of seconds of 0 or more (or a timedelta), not {seconds!r}")
+        self._call("advance-time", ms=round(seconds * 1000))
+
+    def take_down(self, entity: str) -> None:
+        """Take a queue, topic or subscription down: every operation on it fails, as on an entity
+        Service Bus cannot reach (the SDK raises ServiceBusError), until ``bring_back``."""
+        self._call("entity-availability", path=_path(entity), available=False)
+
+    def bring_back(self, entity: str) -> None:
+        """Undo ``take_down``: the entity answers again, with what it held."""
+        self._call("entity-availability", path=_path(entity), available=True)
+
+    # ------------------------------------------------------------ inside
+    def _call(self, operation: str, **body: Any) -> Any:
+        self._started()
+        if self._control is None:
+            from .targets.proton_client import ControlClient
+
+            self._control = ControlClient(self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1",
+                                          self.port, *self.key)  # type: ignore[arg-type]
+        try:
+            return self._control.call(operation, **body)
+        except Exception as error:  # a refused request (not-found...) or a server gone under the call
+            self._started()
+            raise LocalServiceBusError(f"{operation}: {getattr(error, 'text', None) or error}") from None
+
+    def _started(self) -> "LocalServiceBus":
+        if self._process is None or self.connection_string is None:
+            raise LocalServiceBusError("the LocalServiceBus is not started (use start() or `with LocalServiceBus(...)`)")
+        if self._exited():
+            code = self._process.returncode
+            last = _one_line("".join(self._output))
+            raise LocalServiceBusError(f"sbconform serve (pid {self._process.pid}) stopped, exit code {code}"
+                                       + (f": {last}" if last else ""))
+        return self
+
+    def _exited(self) -> bool:
+        return self._process is not None and self._process.poll() is not None
+
+    def _read_line(self) -> str:
+        """The server's next line, or '' if it does not come within START_TIMEOUT."""
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(self._process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(START_TIMEOUT)
+        if not out:
+            stop_process(self._process)
+            return f"sbconform serve printed nothing in {START_TIMEOUT:.0f} s"
+        return out[0]
+
+    def _drain(self) -> None:
+        for line in self._process.stdout:  # type: ignore[union-attr]
+            self._output.append(line)
+
+
+def _path(entity: str) -> str:
+    if not isinstance(entity, str) or not entity.strip("/"):
+        raise ValueError(f"an entity path (a queue, a topic or topic/Subscriptions/name), not {entity!r}")
+    return entity
+
+
+def _one_line(text: str) -> str:
+    """The server's error as one line, without the program's prefix."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1]
+    return line[len("sbconform serve: "):] if line.startswith("sbconform serve: ") else line
+
+
+__all__ = ["LocalServiceBus", "LocalServiceBusError"]
