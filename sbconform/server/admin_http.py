@@ -27,10 +27,13 @@ thread.
 
 from __future__ import annotations
 
+import io
 import logging
 import re
+import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -51,16 +54,47 @@ MAX_BODY = 256 * 1024
 MAX_CLIENTS = 64
 #: how long a request waits for the model's answer
 CALL_TIMEOUT = 30.0
+#: how long a request (its line, headers and body; on a kept-alive connection, from the end of the
+#: last answer) may take to arrive in all: a client sending a byte now and then, each within the
+#: read timeout, held its thread for as long as it liked, and MAX_CLIENTS of them shut the API
+REQUEST_DEADLINE = 30.0
 
 
 # ------------------------------------------------------------------- HTTP
 ATOM, XML = "application/atom+xml;type=entry;charset=utf-8", "application/xml;charset=utf-8"
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's reads, each given only what is left of the request's deadline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.deadline = time.monotonic() + REQUEST_DEADLINE
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request did not arrive within {REQUEST_DEADLINE:g} s")
+        self.sock.settimeout(min(left, _Handler.timeout))
+        return self.sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "sbconform"
     protocol_version = "HTTP/1.1"
     timeout = 30  # a client that stops sending mid-request is dropped
+
+    def setup(self) -> None:
+        super().setup()
+        self.reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        self.reader.deadline = time.monotonic() + REQUEST_DEADLINE  # (a socket timeout ends the connection quietly)
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
         log.debug("http %s %s", self.address_string(), format % args)

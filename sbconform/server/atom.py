@@ -8,6 +8,7 @@ import datetime as dt
 import re
 import uuid
 import xml.etree.ElementTree as ET
+import xml.parsers.expat as expat
 from typing import Any, Callable
 
 from sbreference import TIMESPAN_MAX
@@ -301,12 +302,39 @@ def _without_namespaces(body: bytes) -> bytes:
     return re.sub(rb"""(\s)[\w.-]+:([\w.-]+\s*=\s*["'])""", rb"\1\2", body)
 
 
-def parse_description(body: bytes, kind: str, namespace_path: Callable[[str], str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """(model properties, other elements kept as sent) of a PUT body's description."""
+def parse_xml(body: bytes) -> ET.Element:
+    """A request body's root element, namespaces dropped (``_without_namespaces``). A body that
+    declares a DTD is refused before any of it is expanded: Service Bus reads bodies with .NET's
+    XmlReader, which prohibits DTDs by default (``DtdProcessing.Prohibit``,
+    https://learn.microsoft.com/dotnet/api/system.xml.xmlreadersettings.dtdprocessing); expat would
+    expand an internal entity up to 100 times the body's size (a 6 MB UserMetadata from 100 KB)."""
+
+    def refuse(*_: Any) -> None:
+        raise HttpError(400, "the request body declares a DTD (<!DOCTYPE>): DTDs are prohibited")
+
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate()
+    parser.StartDoctypeDeclHandler = refuse  # called before any of the DTD is read
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
     try:
-        root = ET.fromstring(_without_namespaces(body))
-    except ET.ParseError as error:
+        parser.Parse(_without_namespaces(body), True)
+        return builder.close()
+    except (expat.ExpatError, AssertionError) as error:  # (TreeBuilder: no element at all)
         raise HttpError(400, f"the request body is not XML: {error}") from None
+
+
+#: UserMetadata: "Cannot be null. Max length is 1024 chars." (QueueProperties / TopicProperties /
+#: SubscriptionProperties.UserMetadata, https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.administration.queueproperties.usermetadata)
+MAX_USER_METADATA = 1024
+
+
+def parse_description(body: bytes, kind: str, namespace_path: Callable[[str], str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(model properties, other elements kept as sent) of a PUT body's description. Only elements
+    the description writes back are kept (``ORDER``); others are ignored, as Service Bus's data
+    contract ignores elements it does not know."""
+    root = parse_xml(body)
     desc = None
     for e in root.iter():
         if _local(e.tag) == DESCRIPTION[kind]:
@@ -322,7 +350,9 @@ def parse_description(body: bytes, kind: str, namespace_path: Callable[[str], st
         if name in RUNTIME or name == "DefaultRuleDescription":
             continue
         if name not in FIELDS[kind]:
-            if text:
+            if name == "UserMetadata" and len(text) > MAX_USER_METADATA:
+                raise HttpError(400, f"UserMetadata is {len(text)} characters long; at most {MAX_USER_METADATA} are allowed")
+            if text and name in ORDER[kind]:
                 extras[name] = text
             continue
         if not text:

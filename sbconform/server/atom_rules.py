@@ -9,7 +9,7 @@ import datetime as dt
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from .atom import API_VERSION, ATOM, SB, XSI, HttpError, _bool, _document, _el, _local, _utc, _without_namespaces
+from .atom import API_VERSION, ATOM, SB, XSI, HttpError, _bool, _document, _el, _local, _utc, parse_xml
 
 #: XML Schema, the namespace of the key-value pairs' value types (``d6p1:int``)
 XSD = "http://www.w3.org/2001/XMLSchema"
@@ -161,10 +161,7 @@ def parse_rule(body: bytes, name: str) -> Any:
     """The ``sbreference.Rule`` a PUT body's ``RuleDescription`` describes, named ``name`` (the
     URL's: the body's ``Name`` is not trusted). SQL is left unchecked: the model checks it
     when the rule is added, and its error becomes the 400's detail."""
-    try:
-        root = ET.fromstring(_without_namespaces(body))
-    except ET.ParseError as error:
-        raise HttpError(400, f"the request body is not XML: {error}") from None
+    root = parse_xml(body)
     desc = next((e for e in root.iter() if _local(e.tag) == "RuleDescription"), None)
     if desc is None:
         raise HttpError(400, "the request body holds no RuleDescription")
@@ -175,10 +172,7 @@ def parse_default_rule(body: bytes) -> Any:
     """A subscription's ``DefaultRuleDescription`` (the JavaScript SDK's ``defaultRuleOptions``):
     the rule the subscription is created with instead of ``$Default``'s true filter, named by
     its ``Name`` (``$Default`` if none); None when the description has none."""
-    try:
-        root = ET.fromstring(_without_namespaces(body))
-    except ET.ParseError as error:
-        raise HttpError(400, f"the request body is not XML: {error}") from None
+    root = parse_xml(body)
     desc = next((e for e in root.iter() if _local(e.tag) == "DefaultRuleDescription"), None)
     if desc is None or len(desc) == 0:
         return None

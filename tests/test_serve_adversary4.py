@@ -1,0 +1,128 @@
+"""``sbconform serve`` against a hostile or careless client (fourth round): one test per defect
+found, each written to fail on the server as it was. The management REST API through raw HTTP
+and the AMQP port through raw frames, both against one server on a thread of this process
+(``test_admin_http``'s ``broker`` fixture, module-scoped here)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+pytest.importorskip("azure.servicebus", reason="the sdk extra (azure-servicebus) is not installed")
+pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
+
+from sbconform.server import admin_http  # noqa: E402
+from sbconform.server.atom import parse_description  # noqa: E402
+from test_admin_http import admin, broker, raw  # noqa: E402,F401 (fixtures)
+
+ENTRY = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+         b'<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">%s'
+         b"</QueueDescription></content></entry>")
+
+
+def exists(http, path: str) -> bool:
+    """Whether GET /path answers an entry (Service Bus answers an empty feed for none)."""
+    status, body = raw(http, "GET", f"/{path}?api-version=2021-05")
+    assert status == 200
+    return ET.fromstring(body).tag.endswith("entry")
+
+
+# ------------------------------------------------------------- REST: XML
+def test_a_body_declaring_a_dtd_is_refused_and_its_entities_never_expanded(broker) -> None:
+    """A 100 KB body whose internal entity is referenced 60 times (under expat's amplification
+    limit) made a 6 MB UserMetadata, kept and written back on every read. Service Bus reads
+    request bodies with .NET's XmlReader, which prohibits DTDs (DtdProcessing.Prohibit, its
+    default): a body declaring one is a 400, and nothing is created."""
+    _, http = broker
+    declared = (b'<?xml version="1.0"?><!DOCTYPE entry [<!ENTITY a "' + b"x" * 100_000 + b'">]>'
+                + ENTRY % (b"<UserMetadata>" + b"&a;" * 60 + b"</UserMetadata>"))
+    status, answer = raw(http, "PUT", "/expanded?api-version=2021-05", body=declared)
+    assert status == 400, answer[:300]
+    assert "DTD" in ET.fromstring(answer).find("Detail").text
+    assert not exists(http, "expanded")
+    external = (b'<?xml version="1.0"?><!DOCTYPE entry [<!ENTITY e SYSTEM "file:///etc/hostname">]>'
+                + ENTRY % b"<UserMetadata>&e;</UserMetadata>")
+    status, _ = raw(http, "PUT", "/external?api-version=2021-05", body=external)
+    assert status == 400 and not exists(http, "external")
+    rule = (b'<!DOCTYPE entry [<!ENTITY s "1=1">]><entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+            b'<RuleDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">'
+            b'<Filter xmlns:i="http://www.w3.org/2001/XMLSchema-instance" i:type="SqlFilter"><SqlExpression>&s;</SqlExpression>'
+            b"</Filter></RuleDescription></content></entry>")
+    status, _ = raw(http, "PUT", "/topic.1/Subscriptions/subscription.1/Rules/dtd?api-version=2021-05", body=rule)
+    assert status == 400
+
+
+def test_user_metadata_is_at_most_1024_characters(broker) -> None:
+    """QueueProperties.UserMetadata: "Cannot be null. Max length is 1024 chars."
+    (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.administration.queueproperties.usermetadata).
+    The JavaScript SDK sends any length unchecked; serve kept 200 KB of it."""
+    _, http = broker
+    status, answer = raw(http, "PUT", "/meta-long?api-version=2021-05", body=ENTRY % (b"<UserMetadata>" + b"m" * 1025 + b"</UserMetadata>"))
+    assert status == 400, answer[:300]
+    assert "UserMetadata" in ET.fromstring(answer).find("Detail").text
+    assert not exists(http, "meta-long")
+    status, _ = raw(http, "PUT", "/meta-1024?api-version=2021-05", body=ENTRY % (b"<UserMetadata>" + b"m" * 1024 + b"</UserMetadata>"))
+    assert status == 201
+    raw(http, "DELETE", "/meta-1024?api-version=2021-05")
+
+
+def test_elements_service_bus_does_not_know_are_not_kept() -> None:
+    """An element the description never writes back (``<Foo>``, 200 KB of it) was kept with the
+    entity for as long as it lived; Service Bus's data contract ignores unknown elements. What it
+    writes (UserMetadata, EnableExpress, ...) is still kept as sent."""
+    body = ENTRY % (b"<Foo>" + b"y" * 200_000 + b"</Foo><UserMetadata>kept</UserMetadata><EnableExpress>false</EnableExpress>")
+    _, extras = parse_description(body, "queue", lambda text: text)
+    assert extras == {"UserMetadata": "kept", "EnableExpress": "false"}
+
+
+# ------------------------------------------------------ REST: slow clients
+def _dribble(port: int, at_once: bytes, head: bytes, stop: threading.Event) -> socket.socket:
+    """A client that sends ``at_once``, then ``head`` one byte every 0.2 s, never finishing (each
+    byte well within the per-read timeout)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(at_once)
+
+    def run() -> None:
+        for i in range(len(head)):
+            if stop.is_set():
+                return
+            try:
+                sock.sendall(head[i:i + 1])
+            except OSError:
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=run, daemon=True).start()
+    return sock
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_request_sent_byte_by_byte_is_dropped_after_the_request_deadline(broker, monkeypatch, part: str) -> None:
+    """A client dribbling its request (a byte every 0.2 s, each within the 30 s read timeout) held
+    its thread as long as it cared to: 64 of them (MAX_CLIENTS) shut the REST API to everyone. A
+    request now has REQUEST_DEADLINE seconds in all to arrive (here 1 s)."""
+    _, http = broker
+    monkeypatch.setattr(admin_http, "REQUEST_DEADLINE", 1.0, raising=False)
+    if part == "headers":
+        at_once, slow = b"GET /$namespaceinfo HTTP/1.1\r\nHost: localhost\r\n", b"X-Slow: " + b"a" * 200
+    else:
+        at_once, slow = b"PUT /slow?api-version=2021-05 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n", b"b" * 200
+    stop = threading.Event()
+    started = time.monotonic()
+    sock = _dribble(http.port, at_once, slow, stop)
+    try:
+        sock.settimeout(6)
+        try:
+            while sock.recv(4096):
+                pass
+        except (ConnectionResetError, TimeoutError):
+            pass
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        sock.close()
+    assert took < 4, f"the dribbling client was served {took:.1f} s"
