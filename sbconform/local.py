@@ -41,6 +41,19 @@ _LISTENING = re.compile(r"listening on [^:]+:(\d+).*?management API on http://[^
 _KEY = re.compile(r"SharedAccessKeyName=([^;]*);SharedAccessKey=([^;]*)")
 
 
+# The server's process reads its stdin, a pipe only this process writes to: at end of file (this
+# process has ended, even killed outright, with no cleanup run) it stops itself as on SIGTERM.
+_WATCHED = """
+import os, signal, sys, threading
+def watch():
+    sys.stdin.buffer.read()
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=watch, daemon=True).start()
+from sbconform.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 class LocalServiceBusError(RuntimeError):
     """The local Service Bus could not start, or stopped: one line saying why."""
 
@@ -65,7 +78,7 @@ class LocalServiceBus:
     def start(self) -> "LocalServiceBus":
         if self._process is not None:
             raise LocalServiceBusError("this LocalServiceBus is already started (one server per instance)")
-        args = [sys.executable, "-m", "sbconform.cli", "serve", "--host", self.host, "--port", "0", "--http-port", "0"]
+        args = [sys.executable, "-c", _WATCHED, "serve", "--host", self.host, "--port", "0", "--http-port", "0"]
         config = self.config
         if isinstance(config, dict):
             self._folder = tempfile.mkdtemp(prefix="sbconform-local-")
@@ -76,7 +89,8 @@ class LocalServiceBus:
         if config is not None:
             args += ["--config", os.fspath(config)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self._process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self._process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True, env=env)
         first = self._read_line()
         match = _LISTENING.search(first)
         if not match:
@@ -97,6 +111,8 @@ class LocalServiceBus:
         if control is not None:
             control.close()
         stop_process(self._process)
+        if self._process is not None and self._process.stdin is not None and not self._process.stdin.closed:
+            self._process.stdin.close()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None

@@ -6,7 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +155,32 @@ def test_the_readme_example_runs_as_written(capsys: pytest.CaptureFixture[str]) 
     [code] = blocks("python", section("### A local Service Bus for your application's tests"))
     exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out == "0\n"
+
+
+def test_a_server_outlives_no_test_process_killed_outright(tmp_path: Path) -> None:
+    """A test process killed with SIGKILL (a CI runner's timeout) runs no cleanup: its server
+    must stop by itself rather than hold its ports and memory for ever."""
+    script = tmp_path / "app.py"
+    script.write_text("from sbconform.local import LocalServiceBus\nimport time\n"
+                      "bus = LocalServiceBus().start()\nprint(bus._process.pid, flush=True)\ntime.sleep(60)\n")
+    app = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        server = int(app.stdout.readline())
+    finally:
+        app.kill()
+        app.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(server):
+        time.sleep(0.1)
+    alive = _alive(server)
+    if alive:
+        os.kill(server, signal.SIGKILL)
+    assert not alive, "sbconform serve kept running after the process that started it was killed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has stopped
+    except FileNotFoundError:
+        return False
