@@ -93,6 +93,9 @@ class Entity:
     #: SETTLE-TIER-008: how many times a large message counts toward this entity (a queue: twice; a topic: once at the
     #: door, then once more per subscription taking a copy, ``FanOut.fan_out``).
     large_times = 2
+    #: TXN-VIA-002: messages sent via this entity whose destination was disabled at the commit (its transfer dead-letter
+    #: queue: counted, TransferDeadLetterMessageCount; not receivable in the model).
+    transfer_dead_letter: tuple[Message, ...] = ()
 
     def forward(self, message: Message, seq: int, now: int, store: MessageStore, description: EntityDescription | None = None) -> bool:
         """Auto-forwarding: hand the message to ``forward_to`` instead of storing it here.

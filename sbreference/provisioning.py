@@ -311,7 +311,8 @@ class Provisioning:
             own = owner.store
             # "Last time a message was sent, or the last time there was a receive request" (QueueRuntimeProperties)
             info["accessed_at"] = max(store_accessed_at(own), getattr(owner, "accessed_at", 0))
-            counts = {"active": 0, "deferred": 0, "dead_letter": 0}
+            # TXN-VIA-002: TransferDeadLetterMessageCount (a subscription's: always 0 in the model)
+            counts = {"active": 0, "deferred": 0, "dead_letter": 0, "transfer_dead_letter": len(getattr(owner, "transfer_dead_letter", ()))}
             s = store if store is not None else own  # a partitioned queue's store sums the partitions that answer
             s.tick(now)
             if s.dead_letter_queue is not None:  # a dead-letter path's store has none under it

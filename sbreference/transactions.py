@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from .entity import counted
 from .errors import ErrorCode, ServiceBusError
 from .message import Message, message_size
-from .status import refuse_send
+from .status import refuse_send, sends_disabled
 
 if TYPE_CHECKING:  # pragma: no cover
     from .namespace import Namespace
@@ -299,8 +299,8 @@ class Transactions:
         own message or batch; a send straight to the transaction's entity, not via it, only while that
         entity takes sends: SETTLE-STATUS-001), their sum fits in the entity (large messages counted as
         SETTLE-TIER-008 says), and on partitioned entities all transactional messages carry one
-        partition key (PART-TXN-001/002/003). A send via the entity to a disabled destination goes to the
-        transfer dead-letter queue on Service Bus (service-bus-dead-letter-queues), which is not modelled."""
+        partition key (PART-TXN-001/002/003). A send via the entity to a destination whose sends are disabled
+        is not checked against it: it will go to the transfer dead-letter queue (TXN-VIA-002)."""
         now = self.namespace.clock.now
         by_path: dict[str, list[Message]] = {}
         for op in operations:
@@ -308,6 +308,8 @@ class Transactions:
                 entity = self.namespace.sending_entity(op.path)
                 if scope_key(op.path) == scope:
                     refuse_send(entity.kind, entity.path, entity.description.status)
+                elif sends_disabled(entity.description.status):
+                    continue
                 entity.check(list(op.messages), now)
                 by_path.setdefault(op.path, []).extend(op.messages)
         keys: set[str] = set()
@@ -343,6 +345,12 @@ class Transactions:
         for op in txn.operations:  # each send as it was sent (a message or a batch), in order
             if op.kind == "send":
                 entity = ns.sending_entity(op.path)
+                if scope_key(op.path) != txn.scope and sends_disabled(entity.description.status):
+                    # TXN-VIA-002: "If the destination queue or topic is disabled, the message is sent to a transfer
+                    # dead letter queue (TDLQ)" (service-bus-dead-letter-queues): the transfer entity's
+                    via = ns.sending_entity(str(txn.scope))
+                    via.transfer_dead_letter += op.messages
+                    continue
                 entity.accessed_at = ns.clock.now  # a send (SETTLE-ENT-004, SETTLE-IDLE-002)
                 committed.setdefault(op.path, []).extend(entity.accept(list(op.messages), ns.clock.now))
         return committed

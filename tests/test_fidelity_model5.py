@@ -90,3 +90,55 @@ def test_a_topic_peek_returns_at_most_250_scheduled_messages() -> None:
     for n in range(260):
         ns.schedule(conn, "t", Message(b"s", message_id=f"s{n}"), clock.now + MINUTE)
     assert len(ns.peek("t", 1, 1000)) == 250
+
+
+# ------------------------------------------------------------ transactions: send via
+
+
+@pytest.mark.clauses("TXN-VIA-002")
+@pytest.mark.parametrize("status", ["Disabled", "SendDisabled"])
+def test_a_message_sent_via_a_transfer_queue_to_a_disabled_destination_goes_to_its_transfer_dead_letter_queue(
+    status: str,
+) -> None:
+    """Audit row OP-061: "If the destination queue or topic is disabled, the message is sent to a transfer dead letter
+    queue (TDLQ)" (service-bus-dead-letter-queues, "Dead-lettering in send via scenarios"). The model committed it
+    into the disabled destination, to be received once the destination was active again. Now the commit succeeds and
+    the message is held in the transfer entity's transfer dead-letter queue (counted: TransferDeadLetterMessageCount),
+    never in the destination; a destination whose receives only are disabled takes it."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via")
+    ns.create_queue("dst")
+    ns.update("dst", status=status)
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "dst", Message(b"x", message_id="m"), via="via")
+    ns.transactions.discharge(conn, txn, fail=False)
+    ns.update("dst", status="Active")
+    assert ns.peek("dst") == [] and ns.peek("via") == [] and ns.peek("via/$DeadLetterQueue") == []
+    assert ns.runtime_info("via")["transfer_dead_letter"] == 1
+    assert ns.runtime_info("dst")["transfer_dead_letter"] == 0
+    ns.update("dst", status="ReceiveDisabled")
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "dst", Message(b"y", message_id="n"), via="via")
+    ns.transactions.discharge(conn, txn, fail=False)
+    assert [m.message_id for m in ns.peek("dst")] == ["n"]
+    assert ns.runtime_info("via")["transfer_dead_letter"] == 1
+
+
+@pytest.mark.clauses("TXN-VIA-002")
+def test_a_destination_disabled_before_the_commit_sends_the_message_to_the_transfer_dead_letter_queue() -> None:
+    """The transfer happens when the transaction commits: a destination disabled after the send but before the commit
+    does not get the message; one enabled again before the commit does."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via")
+    ns.create_queue("dst")
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "dst", Message(b"x", message_id="m"), via="via")
+    ns.update("dst", status="SendDisabled")
+    ns.transactions.discharge(conn, txn, fail=False)
+    assert ns.peek("dst") == []
+    assert ns.runtime_info("via")["transfer_dead_letter"] == 1
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "dst", Message(b"y", message_id="n"), via="via")
+    ns.update("dst", status="Active")
+    ns.transactions.discharge(conn, txn, fail=False)
+    assert [m.message_id for m in ns.peek("dst")] == ["n"]

@@ -120,6 +120,18 @@ Feature: Transactions
     And peeking "out" shows "y"
     And peeking "in" shows nothing
 
+  @TXN-VIA-002 @needs:entity-management
+  Scenario: A message sent via a transfer entity to a send-disabled destination never reaches it
+    Given a queue "in"
+    And a queue "out" with status SendDisabled
+    And client "C" declares transaction "T"
+    When transaction "T" sends "y" to "out" via "in"
+    And transaction "T" is committed
+    Then the operation succeeds
+    When "out" is updated with status Active
+    Then peeking "out" shows nothing
+    And peeking "in" shows nothing
+
   @TXN-ERR-001
   Scenario: A discharged transaction, or another connection's, is unknown
     Given a queue "q"
