@@ -126,3 +126,42 @@ def test_a_request_sent_byte_by_byte_is_dropped_after_the_request_deadline(broke
         stop.set()
         sock.close()
     assert took < 4, f"the dribbling client was served {took:.1f} s"
+
+
+
+# ------------------------------------------------- REST: what XML cannot carry
+def test_a_path_holding_a_control_character_is_refused(broker, admin) -> None:
+    """A rule named 'a\\x00b' (``%00`` in the URL) was created, and from then on the subscription's
+    rule list was not XML (a NUL cannot be written in XML 1.0): every client's listRules failed
+    ("XML is invalid"). A URL path holding a control character is a 400 (as http.sys, in front of
+    Service Bus, refuses one), and nothing is created."""
+    _, http = broker
+    rule = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+            b'<RuleDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">'
+            b'<Filter xmlns:i="http://www.w3.org/2001/XMLSchema-instance" i:type="SqlFilter"><SqlExpression>1=1</SqlExpression>'
+            b"</Filter></RuleDescription></content></entry>")
+    admin.create_topic("ctl-t")
+    admin.create_subscription("ctl-t", "s")
+    rules = "/ctl-t/Subscriptions/s/Rules"
+    for name in ("a%00b", "a%0Ab", "a%1Fb"):
+        status, _ = raw(http, "PUT", f"{rules}/{name}?api-version=2021-05", body=rule)
+        assert status == 400, name
+    status, listed = raw(http, "GET", f"{rules}?api-version=2021-05")
+    assert status == 200
+    assert [e.text for e in ET.fromstring(listed).iter("{http://www.w3.org/2005/Atom}title")][1:] == ["$Default"]
+    admin.delete_topic("ctl-t")
+
+
+def test_what_xml_cannot_carry_is_never_written() -> None:
+    """A rule made over AMQP may hold any AMQP string (a correlation filter's value with a NUL, a
+    rule name with a control character); written as it was, it made the subscription's whole rule
+    list unreadable to every client. Characters XML 1.0 cannot carry are written as U+FFFD."""
+    from sbreference import CorrelationFilter, Rule
+
+    from sbconform.server.atom_rules import rule_feed_xml
+
+    rule = Rule("r\x01", CorrelationFilter(correlation_id="c\x00d", properties={"k": "v\x1b"}), None)
+    feed = ET.fromstring(rule_feed_xml([{"path": "t/Subscriptions/s/Rules/r\x01", "rule": rule, "created": 0, "updated": 0}],
+                                       "localhost", "t/Subscriptions/s/Rules", 0, 100, False))
+    texts = [e.text for e in feed.iter() if e.text]
+    assert "c\ufffdd" in texts and "r\ufffd" in texts and "v\ufffd" in texts

@@ -220,6 +220,10 @@ class AdminHttp:
     def handle(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, bytes]:
         url = urlsplit(target)
         path = unquote(url.path).strip("/")
+        if any(c < " " or c == "\x7f" for c in path):
+            # (as http.sys, in front of Service Bus, refuses a URL holding one; a rule named 'a\x00b' made its
+            # subscription's rule list XML no client could read)
+            raise HttpError(400, "the request's path holds a control character")
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         host = headers.get("Host") or f"localhost:{self.port}"
         token = headers.get("Authorization") or ""

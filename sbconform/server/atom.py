@@ -288,7 +288,21 @@ def error_xml(status: int, detail: str) -> bytes:
     return _document(root)
 
 
+#: characters XML 1.0 cannot carry (its Char production, https://www.w3.org/TR/xml/#charsets): a NUL or an ESC
+#: in a rule made over AMQP (any AMQP string may hold one) made a whole feed unreadable to every client
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_safe(text: str | None) -> str | None:
+    return _NOT_XML.sub("\ufffd", text) if text and _NOT_XML.search(text) else text
+
+
 def _document(root: ET.Element) -> bytes:
+    """The document, every text and attribute value XML can carry (others written as U+FFFD)."""
+    for e in root.iter():
+        e.text, e.tail = _xml_safe(e.text), _xml_safe(e.tail)
+        for name, value in e.attrib.items():
+            e.attrib[name] = _xml_safe(value)  # type: ignore[assignment]
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
