@@ -118,6 +118,24 @@ def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:
     return rows_order, list(zip([0] + cuts, cuts + [n])), last
 
 
+def going_back(batch, order: list[int] | None) -> list[int]:
+    """The indices, in ``order`` (``by_piece``'s), of the rows whose ``pos`` is not above the
+    previous row's: inside a piece's rows, events out of position order (or a ``pos`` twice);
+    at the first row of a piece, nothing. Vectorised: a few microseconds a batch."""
+    import numpy as np
+
+    names = batch.schema.names
+    if "pos" not in names or batch.num_rows < 2:
+        return []
+    column = batch.column(names.index("pos"))
+    if column.null_count:  # validate_batch refuses it first in replay; here a bare batch
+        return []
+    pos = _indices(column)
+    if order is not None:
+        pos = pos[np.asarray(order)]
+    return (np.flatnonzero(pos[1:] <= pos[:-1]) + 1).tolist()
+
+
 #: The operations whose arguments may set auto-forwarding (``forward_to``: SETTLE-FWD-*).
 CONFIGURING = ("create-entity", "update-entity")
 

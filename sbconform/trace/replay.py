@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from sbreference.paths import parse as parse_path
 
-from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configures, rows_of  # noqa: F401 (importable from here)
-from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, piece_key
+from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configures, going_back, rows_of  # noqa: F401 (importable from here)
+from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, POS, piece_key
 from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
 from .search import PieceChecker
@@ -46,6 +46,21 @@ def result_schema():
 
     types = {"string": pa.string(), "int64": pa.int64()}
     return pa.schema([pa.field(n, types[t]) for n, t in RESULT_FIELDS])
+
+
+class OutOfOrder(TraceFormatError):
+    """A piece's events not in increasing ``pos`` (a file sorted otherwise, a ``pos`` twice):
+    read in file order, overlapping operations would look sequential and the reverse, a false
+    verdict either way. Refused, not sorted (sorting needs the whole piece in memory; Spark
+    replay of a time-ordered trace sorts it). ``where`` is the file, once known."""
+
+    def __init__(self, piece: str | None, pos: int, before: int, where: str | None = None) -> None:
+        self.piece, self.pos, self.before = piece, pos, before
+        super().__init__((f"{where}: " if where else "") + f"field 'pos' {pos} comes after {before} in piece {piece!r}: "
+                         f"events out of position order (sort the trace by pos)")
+
+    def at(self, where: str) -> "OutOfOrder":
+        return OutOfOrder(self.piece, self.pos, self.before, where)
 
 
 def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
@@ -67,6 +82,10 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
         rows = rows_of(batch)
         if order is not None:
             rows = list(map(rows.__getitem__, order))
+        for i in going_back(batch, order):  # none, or a piece's first row after another piece's
+            key = piece_key(rows[i][ENTITY])
+            if key == piece_key(rows[i - 1][ENTITY]):
+                raise OutOfOrder(key, rows[i][POS], rows[i - 1][POS])
         if configures(batch):
             for row in rows:
                 if row[OP] in CONFIGURING and row[PHASE] == "invoke":
@@ -84,6 +103,9 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                     checker.unknown = f"subscriptions are not modelled by the replay checker yet ({entity})"
                     checker.done = True
                 by_entity[entity] = checker
+            if rows[start][POS] <= checker.last_pos:  # going back from an earlier batch (or file)
+                raise OutOfOrder(checker.key, rows[start][POS], checker.last_pos)
+            checker.last_pos = rows[end - 1][POS]
             checker.feed_rows(rows[start:end] if start or end < len(rows) else rows)
         if progress is not None:
             if rows:
@@ -366,15 +388,23 @@ def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, not
         for i, f in enumerate(where["files"]):
             if seen is not None:
                 seen.start_file(i)
-            results += check_batches(_parquet_batches(f, size), search_bound, seen)
+            try:
+                results += check_batches(_parquet_batches(f, size), search_bound, seen)
+            except OutOfOrder as error:
+                raise error.at(f) from None
         return settle_forwarding(results)
+    reading: list[str] = []  # the file being read
 
     def batches():
         for i, f in enumerate(where["files"]):
             if seen is not None:
                 seen.start_file(i)
+            reading[:] = [f]
             yield from (_jsonl_batches(f, size, report=notes) if is_jsonl(f) else _parquet_batches(f, size))
-    return settle_forwarding(check_batches(batches(), search_bound, seen))
+    try:
+        return settle_forwarding(check_batches(batches(), search_bound, seen))
+    except OutOfOrder as error:
+        raise error.at(reading[0]) from None
 
 
 def run_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, out: str | None = None,

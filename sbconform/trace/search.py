@@ -111,6 +111,7 @@ class PieceChecker:
         self.entity: str | None = None
         self.seen_later: bool = False
         self.done = False
+        self.last_pos = -1  # of the last event fed (check_batches checks the position order)
 
     # -- input
     def feed(self, row: tuple) -> None:
