@@ -91,7 +91,7 @@ class Routing:
 
     def _taking_store(self, path: str, use: bool = True) -> MessageStore:
         """``_receiving_store`` for what takes or settles messages: refused while the queue or
-        subscription is Disabled or ReceiveDisabled, or its topic Disabled (SETTLE-STATUS-002).
+        subscription is Disabled or ReceiveDisabled, whatever its topic's status (SETTLE-STATUS-002, SETTLE-DISC-011).
         Peeks, lock renewals and releases stay allowed (the documentation names receive and
         complete; a suspension keeps every message)."""
         route = self._routes.get(path)
@@ -101,7 +101,7 @@ class Routing:
         store = self._store_of(path, entity, own)
         entity_status, subscription_status = self._statuses(entity, own)
         if entity.kind == "topic":
-            refuse_receive("subscription", path, subscription_status, topic_status=entity_status)
+            refuse_receive("subscription", path, subscription_status)
         else:
             refuse_receive(entity.kind, path, entity_status)
         refuse_receiver(path, forwarded_to(entity, own))  # SETTLE-FWD-003

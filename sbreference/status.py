@@ -47,10 +47,10 @@ def refuse_send(kind: str, path: str, status: str) -> None:
         raise ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, f"Sending to {kind} '{path}' is disabled (status {status}).", transient=False)
 
 
-def refuse_receive(kind: str, path: str, status: str, topic_status: str = ACTIVE) -> None:
+def refuse_receive(kind: str, path: str, status: str) -> None:
     """SETTLE-STATUS-002: no receive or settlement on a queue or subscription that is Disabled
-    or ReceiveDisabled, nor on a subscription of a Disabled topic."""
+    or ReceiveDisabled. A subscription's topic's status does not count (SETTLE-DISC-011): entity-suspend's
+    table, "Disabled or Send Disabled [topic] | Active [subscription] | You can't send messages to the topic,
+    but you can receive messages that are already at the subscription"."""
     if receives_disabled(status):
         raise ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, f"Receiving from {kind} '{path}' is disabled (status {status}).", transient=False)
-    if topic_status == DISABLED:
-        raise ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, f"Receiving from '{path}' is disabled: its topic is Disabled.", transient=False)

@@ -7,8 +7,9 @@ a target.
 from __future__ import annotations
 
 import pytest
+from test_fidelity_model2 import fails
 
-from sbreference import SECOND, Message, Namespace, VirtualClock
+from sbreference import SECOND, ErrorCode, Message, Namespace, VirtualClock
 from sbreference.clock import MINUTE
 
 pytestmark = pytest.mark.needs("model-internals")
@@ -142,3 +143,25 @@ def test_a_destination_disabled_before_the_commit_sends_the_message_to_the_trans
     ns.update("dst", status="Active")
     ns.transactions.discharge(conn, txn, fail=False)
     assert [m.message_id for m in ns.peek("dst")] == ["n"]
+
+
+# ------------------------------------------------------------ entity status
+
+
+@pytest.mark.clauses("SETTLE-STATUS-002")
+@pytest.mark.parametrize("status", ["Disabled", "SendDisabled"])
+def test_an_active_subscription_of_a_disabled_topic_still_gives_out_what_it_holds(status: str) -> None:
+    """Audit row ENT-033 (SETTLE-DISC-011): entity-suspend's table, "Disabled or Send Disabled [topic] | Active
+    [subscription] | You can't send messages to the topic, but you can receive messages that are already at the
+    subscription", and for a topic "SendDisabled: Same effect as Disabled". The model followed the legacy EntityStatus
+    page ("You cannot receive messages from ... a subscription to a disabled topic") and refused such receives."""
+    ns, clock, conn = namespace()
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", lock_duration=5 * SECOND)
+    ns.send(conn, "t", Message(b"x", message_id="m"))
+    ns.update("t", status=status)
+    [got] = ns.receive(conn, "t/Subscriptions/s")
+    ns.complete(conn, "t/Subscriptions/s", got.lock_token)
+    assert got.message_id == "m" and ns.peek("t/Subscriptions/s") == []
+    ns.update("t/Subscriptions/s", status="ReceiveDisabled")  # the subscription's own status still counts
+    fails(ErrorCode.ENTITY_UNAVAILABLE, ns.receive, conn, "t/Subscriptions/s")
