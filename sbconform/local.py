@@ -72,6 +72,7 @@ class LocalServiceBus:
         self._process: subprocess.Popen | None = None
         self._folder: str | None = None
         self._control: Any = None
+        self._drainer: threading.Thread | None = None
         self._output: deque[str] = deque(maxlen=20)  # the server's last lines, for an error
 
     # ------------------------------------------------------------ life
@@ -102,7 +103,8 @@ class LocalServiceBus:
             raise LocalServiceBusError(problem)
         self.port, self.http_port = int(match[1]), int(match[2])
         self.connection_string = self._read_line().strip()
-        threading.Thread(target=self._drain, daemon=True).start()  # the child never blocks on a full pipe
+        self._drainer = threading.Thread(target=self._drain, daemon=True)  # the child never blocks on a full pipe
+        self._drainer.start()
         return self
 
     def stop(self) -> None:
@@ -110,9 +112,14 @@ class LocalServiceBus:
         control, self._control = self._control, None
         if control is not None:
             control.close()
-        stop_process(self._process)
-        if self._process is not None and self._process.stdin is not None and not self._process.stdin.closed:
-            self._process.stdin.close()
+        process, drainer = self._process, self._drainer
+        stop_process(process)
+        if drainer is not None:
+            drainer.join(5)  # the server's output ends with it
+        if process is not None and (drainer is None or not drainer.is_alive()):
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None

@@ -169,6 +169,7 @@ def test_a_server_outlives_no_test_process_killed_outright(tmp_path: Path) -> No
     finally:
         app.kill()
         app.wait()
+        app.stdout.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _alive(server):
         time.sleep(0.1)
