@@ -48,6 +48,9 @@ Feature: Pings
     When factory "F" sends "m2" with session "s1" to "sq"
     Then "m2" went to the primary
     And the backlog queues hold "m1"
+    When receiver "R" accepts the next available session on "sq"
+    And receiver "R" receives 5 messages
+    Then receiver "R" got "m2"
 
   @PAIR-PING-002 @needs:paired-namespaces @needs:entity-outage
   Scenario: The pings of a failed-over entity never reach its receivers

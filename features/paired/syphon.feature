@@ -18,12 +18,13 @@ Feature: The syphon
 
   @PAIR-SYPH-001 @needs:time-to-live
   Scenario: Without a syphon, failed-over messages stay in the backlog queues past their time to live
-    Given factory "F" paired with 1 backlog queue and failover interval 0 seconds
+    Given factory "F" paired with 1 backlog queue, failover interval 0 seconds and ping interval 2 seconds
     And the primary "q" becomes unavailable
     And factory "F" sends "m1" with time to live 2 seconds to "q"
     And the primary "q" recovers
     When the pairing runs for 5 seconds
-    Then the backlog queues hold "m1"
+    Then factory "F" pinged "q" 1 time
+    And the backlog queues hold "m1"
     And peeking "q" shows nothing
 
   @PAIR-SYPH-002 @needs:topics @needs:virtual-time

@@ -86,7 +86,14 @@ class PairedClient:
 
 
 class PairedFactory:
-    """A MessagingFactory on ``primary`` paired with ``secondary`` for send availability."""
+    """A MessagingFactory on ``primary`` paired with ``secondary`` for send availability.
+
+    The machines it carries out are class attributes, so that another client's logic (or a
+    deliberately broken one: tests/mutants_paired.py) can swap one and keep the loop."""
+
+    failover_class: type[FailoverSender] = FailoverSender
+    syphon_class: type[Syphon] = Syphon
+    pair_class: type[FactoryPair] = FactoryPair
 
     def __init__(
         self,
@@ -109,8 +116,8 @@ class PairedFactory:
         self.targets = {PRIMARY: primary, SECONDARY: secondary}
         self.choose = choose
         self.primary_namespace = primary.namespace_name()
-        self.failover = FailoverSender(self.options, self.primary_namespace)
-        self.pair = FactoryPair(hosts_syphon=self.options.enable_syphon)
+        self.failover = self.failover_class(self.options, self.primary_namespace)
+        self.pair = self.pair_class(hosts_syphon=self.options.enable_syphon)
         self.syphon: Syphon | None = None
         self.pings: list[PingRecord] = []
         self.sends: list[SendRecord] = []
@@ -135,20 +142,25 @@ class PairedFactory:
     def pair_namespace(self) -> "PairedFactory":
         """PairNamespaceAsync: create the missing backlog queues (PAIR-BACKLOG-001..005),
         then start the syphon if this process runs it (PAIR-OPT-003)."""
-        secondary = self.targets[SECONDARY]
-        existing = [path for path in self.backlog_paths if self._exists(secondary, path)]
-        for create in plan_backlog_queues(self.backlog_paths, existing):
-            secondary.create_queue_at(create.path, **create.properties)  # fixed paths, no suffix
+        self.provision_backlog_queues()
         if self.options.enable_syphon:
-            self.syphon = Syphon(self.options.backlog_queue_count, self.now())
+            self.syphon = self.syphon_class(self.options.backlog_queue_count, self.now())
         self.paired = True
         self.work()
         return self
 
+    def provision_backlog_queues(self) -> None:
+        """Create the backlog queues missing in the secondary namespace, as described
+        (PAIR-BACKLOG-002); leave the others as they are (PAIR-BACKLOG-003..005)."""
+        secondary = self.targets[SECONDARY]
+        existing = [path for path in self.backlog_paths if self._exists(secondary, path)]
+        for create in plan_backlog_queues(self.backlog_paths, existing):
+            secondary.create_queue_at(create.path, **create.properties)  # fixed paths, no suffix
+
     def start_syphon(self) -> None:
         """Run the syphon in this process from now on (EnableSyphon, PAIR-OPT-003)."""
         if self.syphon is None:
-            self.syphon = Syphon(self.options.backlog_queue_count, self.now())
+            self.syphon = self.syphon_class(self.options.backlog_queue_count, self.now())
         self.pair.hosts_syphon = True
         self.work()
 

@@ -209,6 +209,18 @@ def _send_attributes(text: str | None, pairing: Pairing) -> tuple[dict[str, Any]
 # ------------------------------------------------------------------ pairing
 
 
+def kit_client(primary: Any, secondary: Any, options: dict[str, Any], choose: Any) -> PairedFactory:
+    """The paired client the scenarios drive a target with: the kit's (the reference's logic)."""
+    return PairedFactory(primary, secondary, PairedNamespaceOptions(**options), choose=choose)
+
+
+def paired_client(target: Any) -> Any:
+    """``kit_client``, unless the target names a paired client of its own (``paired_factory``, with
+    ``kit_client``'s signature): the mutants of tests/mutants_paired.py name a broken one, so that
+    the clauses about the client are shown to catch a client that gets them wrong."""
+    return getattr(unwrap_recording(unwrap(target)), "paired_factory", None) or kit_client
+
+
 @step(r'factory "(?P<name>[^"]+)" (?:is )?paired(?:,? (?:with )?(?P<opts>.+))?')
 def pair_factory(world: World, pairing: Pairing, name: str, opts: str | None) -> None:
     options = parse_phrases(opts, _OPTION_PHRASES, "pairing option") if opts else {}
@@ -217,8 +229,7 @@ def pair_factory(world: World, pairing: Pairing, name: str, opts: str | None) ->
     def pair() -> PairedFactory:
         primary = MeteredTarget(unwrap(pairing.raw_primary), PRIMARY, pairing.meter, name)
         secondary = MeteredTarget(unwrap(pairing.raw_secondary), SECONDARY, pairing.meter, name)
-        factory = PairedFactory(primary, secondary, PairedNamespaceOptions(**options), choose=choose)
-        return factory.pair_namespace()
+        return paired_client(pairing.raw_primary)(primary, secondary, dict(options), choose).pair_namespace()
 
     factory = world.attempt(pair)
     if factory is not None:
@@ -422,10 +433,14 @@ def went_to(world: World, pairing: Pairing, ids: str, where: str, i: str | None)
 
 @step(r"each client's messages went to one backlog queue")
 def each_client_one_queue(pairing: Pairing) -> None:
+    """As the client reported each send (the path it went to), and as the backlog queues hold them."""
     assert pairing.client_groups, "no group of clients sent anything"
+    held = {m.message_id: i for i, messages in enumerate(pairing.backlog_by_index()) for m in messages}
     for ids in pairing.client_groups:
         paths = {pairing.went[mid][1] for mid in ids}
         assert len(paths) == 1 and pairing.went[ids[0]][0] == "backlog", f"{ids} went to {paths}"
+        queues = {held.get(mid) for mid in ids}
+        assert len(queues) == 1 and None not in queues, f"{ids} are held by backlog queues {sorted(queues, key=str)}"
 
 
 @step(r"every backlog queue holds at least one message")
@@ -544,6 +559,15 @@ def _failover_anchor(pairing: Pairing, f: str, entity: str, world: World) -> int
     times = [t for t, e in pairing.factory(f).failovers if e.lower() == path]
     if not times:
         raise AssertionError(f"factory {f!r} never failed {entity!r} over")
+    # The factory's own record, checked against what the primary saw (PAIR-FAIL-004): an entity
+    # fails over FailoverInterval after a send to it failed (the failing send that engages it
+    # returns at that instant when the interval is zero), up to ``slack`` later in real time.
+    interval, slack = pairing.factory(f).options.failover_interval, pairing.slack()
+    failed = [op.time for op in pairing.operations(f) if op.role == PRIMARY and op.kind == "send" and not op.ok
+              and op.path.lower() == path and not any(is_ping(m.content_type) for m in op.messages)]
+    assert any(t + interval <= times[0] <= t + interval + slack for t in failed), (
+        f"factory {f!r} says {entity!r} failed over at {times[0]} ms, but no send to it failed {interval} ms "
+        f"(+{slack}) before then: its sends failed at {failed} ms")
     return times[0]
 
 
