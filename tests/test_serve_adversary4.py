@@ -17,7 +17,7 @@ pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not 
 
 from sbconform.server import admin_http  # noqa: E402
 from sbconform.server.atom import parse_description  # noqa: E402
-from test_admin_http import admin, broker, raw  # noqa: E402,F401 (fixtures)
+from test_admin_http import admin, amqp, broker, raw  # noqa: E402,F401 (fixtures)
 
 ENTRY = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
          b'<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">%s'
@@ -165,3 +165,27 @@ def test_what_xml_cannot_carry_is_never_written() -> None:
                                        "localhost", "t/Subscriptions/s/Rules", 0, 100, False))
     texts = [e.text for e in feed.iter() if e.text]
     assert "c\ufffdd" in texts and "r\ufffd" in texts and "v\ufffd" in texts
+
+
+# ------------------------------------------------------------ REST: updates
+@pytest.mark.parametrize("field", ["forward_to", "forward_dead_lettered_messages_to"])
+def test_an_update_without_forwarding_stops_forwarding(admin, amqp, field: str) -> None:
+    """An update replaces the description: the SDKs stop auto-forwarding by updating with
+    ``forward_to=None`` (no ForwardTo element; .NET: "set ForwardTo to null", SETTLE-FWD-001/002).
+    serve kept forwarding, and the JavaScript client read the old ForwardTo back."""
+    from azure.servicebus import ServiceBusMessage
+
+    dest, src = f"fwd-dest-{len(field)}", f"fwd-src-{len(field)}"
+    admin.create_queue(dest)
+    admin.create_queue(src, **{field: dest}, max_delivery_count=1)
+    got = admin.get_queue(src)
+    assert getattr(got, field).endswith(f"/{dest}")
+    setattr(got, field, None)
+    admin.update_queue(got)
+    assert getattr(admin.get_queue(src), field) is None
+    with amqp.get_queue_sender(src) as sender:
+        sender.send_messages(ServiceBusMessage(b"stays"))
+    assert admin.get_queue_runtime_properties(src).active_message_count == 1
+    assert admin.get_queue_runtime_properties(dest).total_message_count == 0
+    admin.delete_queue(src)
+    admin.delete_queue(dest)

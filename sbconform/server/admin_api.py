@@ -121,6 +121,9 @@ class AdminApi:
         if found != kind:
             raise HttpError(400, f"'{path}' is a {found}, not a {kind}")
         current = self.ns.describe(path)
+        # An update replaces the description: no ForwardTo (ForwardDeadLetteredMessagesTo) is none, how the
+        # SDKs stop auto-forwarding (forward_to=None; .NET "set ForwardTo to null": SETTLE-FWD-001/002)
+        props = {**{field: None for field in ("forward_to", "forward_dead_lettered_messages_to") if hasattr(current, field)}, **props}
         changes = {k: v for k, v in props.items() if getattr(current, k) != v}
         self.ns.update(path, **changes)  # even with none: an update (UpdatedAt; use, SETTLE-IDLE-002..004)
         if changes:
