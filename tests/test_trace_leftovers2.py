@@ -12,6 +12,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
+from sbconform.cli import main  # noqa: E402
 from sbconform.trace.io import ParquetWriter  # noqa: E402
 from sbconform.trace.replay import check_batches, replay_local  # noqa: E402
 from sbconform.trace.schema import FIELD_NAMES, TraceFormatError, arrow_schema  # noqa: E402
@@ -99,3 +100,110 @@ def test_a_duplicate_pos_is_refused(tmp_path):
     rows[9]["pos"] = 8
     with pytest.raises(TraceFormatError, match=r"'pos' 8 .*after 8"):
         replay_local([str(parquet(tmp_path / "t.parquet", rows))])
+
+
+# ------------------------------------------------------------------ subdirectories
+
+
+def jsonl(path: Path, rows) -> Path:
+    from sbconform.trace.io import JsonlWriter
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with JsonlWriter(path, "t", validate=False) as writer:
+        for r in rows:
+            writer.write({k: v for k, v in r.items() if v is not None})
+    return path
+
+
+def test_replay_reads_a_directory_s_subdirectories_as_convert_and_diff_do(tmp_path, capsys):
+    """A trace split over a directory and its subdirectory: replay read only the top level, so
+    the violation in the subdirectory's part was never checked: 'valid', exit 0."""
+    rows = overlapping_receives()
+    rows[6:] = [rows[7], rows[8], rows[6], rows[9]]
+    rows = [dict(r, pos=i) for i, r in enumerate(rows)]  # sequential receives, the second message first
+    jsonl(tmp_path / "t" / "part-1.jsonl", rows[:6])
+    jsonl(tmp_path / "t" / "part-2" / "rest.jsonl", rows[6:])  # files are read in path order
+    assert main(["replay", "--local", str(tmp_path / "t")]) == 1
+    assert "VIOLATION SETTLE-RECV-002" in capsys.readouterr().out
+    only_below = tmp_path / "u"
+    jsonl(only_below / "sub" / "part-1.jsonl", overlapping_receives())
+    assert main(["replay", "--local", str(only_below)]) == 0, capsys.readouterr()
+
+
+# ------------------------------------------------------------------ remote inputs
+
+
+def test_a_remote_file_system_that_does_not_answer_is_refused_in_bounded_time(monkeypatch, capsys):
+    """``replay gs://bucket/trace`` without network or credentials: pyarrow's file system retried
+    for minutes (over 2 minutes here) looking for _layout.json, Spark not even started."""
+    import time
+
+    from sbconform.trace import replay as replay_module
+
+    def stuck(uri):  # FileSystem.from_uri or open_input_file retrying (pyarrow's types cannot be patched)
+        time.sleep(30)
+        raise OSError("never")
+
+    monkeypatch.setattr(replay_module, "_open", stuck)
+    monkeypatch.setattr(replay_module, "REMOTE_TIMEOUT", 0.5)
+    started = time.monotonic()
+    line = one_error(capsys, ["replay", "gs://bucket/trace"])
+    assert time.monotonic() - started < 5
+    assert line.startswith("sbconform replay: gs://bucket/trace") and "did not answer in 0.5 s" in line, line
+
+
+# ------------------------------------------------------------------ a Parquet recording killed
+
+
+def _sends(sink, n, first=0):
+    for i in range(first, first + n):
+        op = sink.op()
+        sink.write("c1", op, "peek", "invoke", entity="q", args={"max_count": 1, "from_seq": i})
+    sink.flush()  # as the relay does after each batch of frames
+
+
+def test_a_parquet_recording_killed_keeps_every_part_but_the_last(tmp_path):
+    """A Parquet file is readable only once closed, and the recorder closed its file only at
+    rotation (256 MiB) or at the end: a recording SIGKILLed held one unreadable file, every
+    event lost. Its part is now closed once it is PART_SECONDS old (at the next flush)."""
+    from sbconform.proxy.sink import TraceSink
+    from sbconform.trace.io import read_events
+
+    now = [1000.0]
+    sink = TraceSink(tmp_path, "rec", fmt="parquet", clock=lambda: now[0], part_seconds=60)
+    _sends(sink, 10)
+    now[0] += 30
+    _sends(sink, 5, 10)
+    assert len(sink.files) == 1
+    now[0] += 31
+    sink.flush()  # the part is 61 s old at this flush (the proxy's timer, or the next batch's): closed
+    _sends(sink, 3, 15)
+    # killed here: nothing more is closed; the first part is whole, the open one is not a trace file
+    assert len(sink.files) == 2
+    assert [e["pos"] for e in read_events(sink.files[0])] == list(range(15))
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["rec-00001.parquet", "rec-00002.parquet.partial"]
+    assert replay_local([str(tmp_path)])[0]["events"] == 15  # the directory replays as it was left
+    sink.close()  # (the test's own cleanup: a stop closes the last part too)
+    assert [e["pos"] for e in read_events(sink.files[1])] == [15, 16, 17]
+    assert replay_local([str(tmp_path)])[0]["events"] == 18
+
+
+def test_an_idle_parquet_recording_closes_its_part_without_traffic(tmp_path):
+    """The proxy's timer flushes the sink: events recorded then silence are on disk, readable,
+    without waiting for more traffic or the stop."""
+    import time
+
+    from sbconform.proxy.run import ProxyThread
+    from sbconform.trace.io import read_events
+
+    upstream = "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+    proxy = ProxyThread(upstream, tmp_path, describe="none", fmt="parquet", part_seconds=0.2)
+    proxy.start()
+    try:
+        proxy.loop.call_soon_threadsafe(_sends, proxy.sink, 4)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (proxy.sink.writer is not None or not proxy.sink.files):
+            time.sleep(0.05)
+        assert [e["pos"] for e in read_events(proxy.sink.files[0])] == [0, 1, 2, 3]
+    finally:
+        proxy.stop()

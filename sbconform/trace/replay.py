@@ -29,7 +29,7 @@ from sbreference.paths import parse as parse_path
 
 from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configures, going_back, rows_of  # noqa: F401 (importable from here)
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, POS, piece_key
-from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of
+from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of, trace_files  # noqa: F401 (PARQUET_SUFFIXES importable)
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
 from .search import PieceChecker
 
@@ -57,7 +57,7 @@ class OutOfOrder(TraceFormatError):
     def __init__(self, piece: str | None, pos: int, before: int, where: str | None = None) -> None:
         self.piece, self.pos, self.before = piece, pos, before
         super().__init__((f"{where}: " if where else "") + f"field 'pos' {pos} comes after {before} in piece {piece!r}: "
-                         f"events out of position order (sort the trace by pos)")
+                         f"events out of position order (files are read in path order; sort the trace by pos)")
 
     def at(self, where: str) -> "OutOfOrder":
         return OutOfOrder(self.piece, self.pos, self.before, where)
@@ -187,12 +187,30 @@ def _open(path: str):
     return filesystem.open_input_file(inner)
 
 
+#: seconds a remote file system may take to say whether ``_layout.json`` is there: without
+#: network or credentials pyarrow's (GCS, S3) retry for minutes before Spark even starts
+REMOTE_TIMEOUT = 20.0
+
+
 def _remote_layout(root: str) -> dict | None:
-    try:
-        with _open(root.rstrip("/") + "/_layout.json") as f:
-            return json.loads(f.read())
-    except Exception:  # no layout file, or a file system pyarrow cannot open: Spark reads it
-        return None
+    import threading
+
+    found: list = []
+
+    def look() -> None:
+        try:
+            with _open(root.rstrip("/") + "/_layout.json") as f:
+                found.append(json.loads(f.read()))
+        except Exception:  # no layout file, or a file system pyarrow cannot open: Spark reads it
+            found.append(None)
+
+    looking = threading.Thread(target=look, name="sbconform-remote-layout", daemon=True)
+    looking.start()
+    looking.join(REMOTE_TIMEOUT)
+    if not found:  # still waiting (the thread is left to its retries: a daemon, it ends with the process)
+        raise TraceFormatError(f"{root}: its file system did not answer in {REMOTE_TIMEOUT:g} s (looking for "
+                               f"_layout.json): no network, or no credentials?; no verdict")
+    return found[0]
 
 
 def is_jsonl(path: str) -> bool:
@@ -222,9 +240,8 @@ def locate(paths: list[str]) -> dict[str, Any]:
     files: list[str] = []
     for p in paths:
         path = Path(p)
-        if path.is_dir():
-            files += sorted(str(f) for f in path.iterdir() if f.suffix in PARQUET_SUFFIXES and f.is_file())
-            files += sorted(str(f) for f in path.iterdir() if f.suffix in JSONL_SUFFIXES and f.is_file())
+        if path.is_dir():  # and its subdirectories, as convert and diff read it (trace_files)
+            files += [str(f) for f in trace_files(path)]
         elif path.exists():
             kind_of(path)  # a file named as neither encoding is refused here, naming it and its suffix
             files.append(str(path))
