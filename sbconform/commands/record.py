@@ -146,7 +146,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the broker's connection string (Azure: TLS on 5671; UseDevelopmentEmulator=true: plain)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory of the trace files (one recording per directory)")
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl",
-                   help="jsonl (default: every event flushed as written) or parquet (complete once the recording stops)")
+                   help="jsonl (default: every event flushed as written) or parquet (each part closed, readable, once a minute old: "
+                        "a recorder killed outright loses its last part only)")
     p.add_argument("--rotate", type=_size, default=256 * 1024 * 1024, metavar="SIZE",
                    help="start a new trace file after about SIZE of events (default 256M)")
     p.add_argument("--key", type=_key, action="append", metavar="NAME=KEY",

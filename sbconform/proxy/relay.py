@@ -215,6 +215,7 @@ class Proxy:
         self.pairs: set = set()  # the connections being relayed (``connection.Pair``)
         self._stop_requested: asyncio.Event | None = None
         self.linger = 2.0  # seconds the other direction may go on after one side closed
+        self._flushing: asyncio.TimerHandle | None = None  # the sink's flush timer (_flush_parts)
         if upstream.tls:
             self.rec.rewrite_host = upstream.host
 
@@ -223,7 +224,19 @@ class Proxy:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: End(self, None, True), self.listen_host, self.listen_port)
         self.listen_port = self.server.sockets[0].getsockname()[1]
+        self._flushing = loop.call_later(self._flush_every(), self._flush_parts)
         return self.listen_port
+
+    def _flush_every(self) -> float:
+        return max(0.05, min(getattr(self.rec.sink, "part_seconds", 60.0), 60.0))
+
+    def _flush_parts(self) -> None:
+        """Flush the sink now and then, traffic or not: a Parquet part old enough is closed
+        (readable), so a recording idle before it is killed keeps what it recorded."""
+        try:
+            self.rec.sink.flush()
+        finally:
+            self._flushing = asyncio.get_running_loop().call_later(self._flush_every(), self._flush_parts)
 
     def request_stop(self) -> None:
         if self._stop_requested is not None:
@@ -235,6 +248,8 @@ class Proxy:
         await self.close()
 
     async def close(self) -> None:
+        if self._flushing is not None:
+            self._flushing.cancel()
         if self.server is not None:
             self.server.close()
         for task in list(self.tasks):

@@ -11,12 +11,13 @@ from typing import Callable
 
 from .interpret import Recording
 from .relay import DEFAULT_KEYS, CbsRewriter, Describer, Proxy, parse_upstream
-from .sink import TraceSink
+from .sink import PART_SECONDS, TraceSink
 
 
 def build(upstream_text: str, out: str | Path, listen_host: str = "127.0.0.1", listen_port: int = 5673, fmt: str = "jsonl",
           rotate_bytes: int = 256 * 1024 * 1024, keys: dict[str, str] | None = None, describe: str = "auto",
-          on_record_error: str = "relay", trace: str | None = None, record_attach: bool = False, say: Callable[[str], None] | None = None) -> Proxy:
+          on_record_error: str = "relay", trace: str | None = None, record_attach: bool = False, say: Callable[[str], None] | None = None,
+          part_seconds: float = PART_SECONDS) -> Proxy:
     upstream = parse_upstream(upstream_text)
     failed: list[str] = []
     holder: dict = {}
@@ -28,7 +29,7 @@ def build(upstream_text: str, out: str | Path, listen_host: str = "127.0.0.1", l
         if proxy is not None and on_record_error == "stop" and proxy.rec.sink.failed is not None:
             proxy.request_stop()
 
-    sink = TraceSink(out, trace, fmt, rotate_bytes, on_error=recording_failed,
+    sink = TraceSink(out, trace, fmt, rotate_bytes, on_error=recording_failed, part_seconds=part_seconds,
                      upstream=f"{upstream.host}:{upstream.port}", upstream_tls=upstream.tls)
     rec = Recording(sink, CbsRewriter(upstream, dict(keys or DEFAULT_KEYS)), record_attach)
     describer = Describer(upstream, describe, say) if describe != "none" else None

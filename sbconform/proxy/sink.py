@@ -108,10 +108,16 @@ MAX_FILES = 99_999
 #: the recording's Parquet row group: small enough for rotation by size to follow the file
 PARQUET_ROWS = 4096
 
+#: a Parquet part is closed (readable) once this old: a Parquet file without its footer is
+#: unreadable, so a recorder killed outright (SIGKILL, the machine lost) loses its open part
+#: only, the last minute or so, not the whole recording (JSON Lines loses nothing flushed)
+PART_SECONDS = 60.0
+
 
 class TraceSink:
     def __init__(self, out: str | Path, trace: str | None = None, fmt: str = "jsonl", rotate_bytes: int = 256 * 1024 * 1024,
-                 on_error: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time, **meta: Any) -> None:
+                 on_error: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
+                 part_seconds: float = PART_SECONDS, **meta: Any) -> None:
         if fmt not in ("jsonl", "parquet"):
             raise ValueError(f"unknown trace format {fmt!r} (jsonl or parquet)")
         problem = trace_id_problem(trace) if trace is not None else None
@@ -134,6 +140,9 @@ class TraceSink:
         self.failed: str | None = None
         self.events = 0
         self.full = False  # MAX_FILES reached: the last file grows
+        self.part_seconds = part_seconds  # Parquet: a part this old is closed at the next flush
+        self.opened = 0.0  # when the open part began (clock)
+        self.writing: Path | None = None  # the open file (a Parquet part: files[-1] + '.partial')
 
     def now(self) -> int:
         """ms since the recording started: the trace's clock."""
@@ -148,6 +157,9 @@ class TraceSink:
 
     def _open(self) -> None:
         path = self.dir / f"{self.trace}-{len(self.files) + 1:05d}.{self.fmt}"
+        # Parquet: written as <name>.partial (no trace suffix: skipped by replay, convert and diff) and
+        # renamed once closed, so that a directory left by a recorder killed outright replays as it is
+        self.writing = path.with_name(path.name + ".partial") if self.fmt == "parquet" else path
         meta = {**self.meta, "part": len(self.files) + 1}
         # events are built field by field to the format's types above (what check_event
         # verifies), so the writers need not parse each event again; the tests read every
@@ -155,9 +167,10 @@ class TraceSink:
         # Parquet in row groups of PARQUET_ROWS: what is on disk (the rotation's measure)
         # trails what was written by one row group at most, not by the reader's 262,144 rows
         self.writer = (BufferedJsonlWriter(path, self.trace, validate=False, **meta) if self.fmt == "jsonl"
-                       else ParquetWriter(path, self.trace, row_group=PARQUET_ROWS, validate=False, **meta))
+                       else ParquetWriter(self.writing, self.trace, row_group=PARQUET_ROWS, validate=False, **meta))
         self.files.append(path)
         self.events_in_file = 0
+        self.opened = self.clock()
 
     def write(self, client: str, op_id: int, op: str, phase: str, time_ms: int | None = None, **fields: Any) -> None:
         if self.failed is not None:
@@ -186,7 +199,7 @@ class TraceSink:
         try:
             if self.writer is None or self.events_in_file % 16 == 0 and self._size() >= self.rotate_bytes and self._may_rotate():
                 if self.writer is not None:
-                    self.writer.close()
+                    self._close_writer()
                 self._open()
             self.writer.write(event)
         except TraceFormatError as error:  # an event the interpreter got wrong: said, skipped, recording goes on
@@ -210,8 +223,17 @@ class TraceSink:
         return False
 
     def flush(self) -> None:
-        """Write the events gathered since the last flush (JSON Lines; Parquet writes on close)."""
-        if self.failed is not None or not isinstance(self.writer, BufferedJsonlWriter):
+        """Write the events gathered since the last flush (JSON Lines); Parquet: close the open
+        part once it is ``part_seconds`` old (the next event opens the next part)."""
+        if self.failed is not None or self.writer is None:
+            return
+        if not isinstance(self.writer, BufferedJsonlWriter):
+            if self.clock() - self.opened >= self.part_seconds and self._may_rotate():
+                try:
+                    self._close_writer()
+                except Exception as error:  # a recording failure must not reach the relay
+                    self.failed = f"recording stopped at event {self.pos}: {type(error).__name__}: {error}"
+                    self.on_error(self.failed)
             return
         try:
             self.writer.flush()
@@ -224,7 +246,7 @@ class TraceSink:
         if isinstance(self.writer, BufferedJsonlWriter):
             return self.writer.size
         try:
-            return self.files[-1].stat().st_size
+            return self.writing.stat().st_size
         except (OSError, IndexError):
             return 0
 
@@ -232,7 +254,14 @@ class TraceSink:
         self.flush()
         if self.writer is not None:
             try:
-                self.writer.close()
+                self._close_writer()
             except Exception as error:
                 self.on_error(f"closing the trace: {type(error).__name__}: {error}")
             self.writer = None
+
+    def _close_writer(self) -> None:
+        """Close the open file (a Parquet part renamed to its name once whole)."""
+        writer, self.writer = self.writer, None
+        writer.close()
+        if self.writing != self.files[-1]:
+            os.replace(self.writing, self.files[-1])
