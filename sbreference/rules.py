@@ -205,6 +205,12 @@ class SqlRuleAction:
             _, scope, name = st.target
             if scope == "sys":
                 field_name = current.system_field(name)
+                if field_name == "scheduled_enqueue_time":
+                    # RULES-ACT-005: "When you set or update this property, it's ignored on the subscription"
+                    # (topic-filters): evaluated (an error still fails the action), not applied.
+                    if st.verb != "REMOVE":
+                        evaluator.eval(st.value)
+                    continue
                 if field_name not in _WRITABLE:
                     raise FilterEvaluationError(f"the system property 'sys.{name}' cannot be changed by an action")
                 if st.verb == "REMOVE":

@@ -11,6 +11,7 @@ from test_fidelity_model2 import fails
 
 from sbreference import SECOND, ErrorCode, Message, Namespace, VirtualClock
 from sbreference.clock import MINUTE
+from sbreference.rules import Rule, SqlRuleAction, TrueFilter
 
 pytestmark = pytest.mark.needs("model-internals")
 
@@ -165,3 +166,40 @@ def test_an_active_subscription_of_a_disabled_topic_still_gives_out_what_it_hold
     assert got.message_id == "m" and ns.peek("t/Subscriptions/s") == []
     ns.update("t/Subscriptions/s", status="ReceiveDisabled")  # the subscription's own status still counts
     fails(ErrorCode.ENTITY_UNAVAILABLE, ns.receive, conn, "t/Subscriptions/s")
+
+
+# ------------------------------------------------------------ rule actions
+
+
+@pytest.mark.clauses("RULES-ACT-005")
+@pytest.mark.parametrize("statement", [
+    "SET sys.ScheduledEnqueueTimeUtc = sys.EnqueuedTimeUtc",
+    "SET sys.ScheduledEnqueueTimeUtc = '2099-01-01T00:00:00Z'",
+    "REMOVE sys.ScheduledEnqueueTimeUtc",
+])
+def test_an_action_setting_the_scheduled_enqueue_time_is_ignored_on_the_subscription(statement: str) -> None:
+    """Audit row OP-062: "When you update system properties through rule actions ... ScheduledEnqueueTime: When you set
+    or update this property, it's ignored on the subscription" (topic-filters). The model refused the statement as it
+    ran (a system property an action cannot change), so the copy was dead-lettered with FilterEvaluationException."""
+    ns, clock, conn = namespace()
+    ns.create_topic("t")
+    ns.create_subscription("t", "s", lock_duration=5 * SECOND)
+    ns.remove_rule("t/Subscriptions/s", "$Default")
+    ns.add_rule("t/Subscriptions/s", Rule("later", TrueFilter(), SqlRuleAction(statement)))
+    ns.send(conn, "t", Message(b"x", message_id="m", application_properties={"k": 1}))
+    assert ns.peek("t/Subscriptions/s/$DeadLetterQueue") == []
+    [got] = ns.receive(conn, "t/Subscriptions/s")  # delivered now, not held until a scheduled time
+    assert got.message_id == "m" and got.message.application_properties == {"k": 1, "RuleName": "later"}
+    assert got.message.scheduled_enqueue_time is None
+
+
+@pytest.mark.clauses("RULES-ACT-005")
+def test_an_action_on_the_scheduled_enqueue_time_still_fails_on_an_error_in_its_expression() -> None:
+    ns, clock, conn = namespace()
+    ns.create_topic("t")
+    ns.create_subscription("t", "s")
+    ns.remove_rule("t/Subscriptions/s", "$Default")
+    ns.add_rule("t/Subscriptions/s", Rule("bad", TrueFilter(), SqlRuleAction("SET sys.ScheduledEnqueueTimeUtc = sys.NoSuch")))
+    ns.send(conn, "t", Message(b"x", message_id="m"))
+    [dead] = ns.peek("t/Subscriptions/s/$DeadLetterQueue")
+    assert dead.message_id == "m"
