@@ -207,3 +207,32 @@ def test_an_idle_parquet_recording_closes_its_part_without_traffic(tmp_path):
         assert [e["pos"] for e in read_events(proxy.sink.files[0])] == [0, 1, 2, 3]
     finally:
         proxy.stop()
+
+
+# ------------------------------------------------------------------ hostile JSON Lines
+
+
+@pytest.mark.parametrize("field, value", [("seq", 10 ** 20), ("pos", -(2 ** 63) - 1), ("delivery_count", 2 ** 31)])
+@pytest.mark.parametrize("command", ["replay", "convert", "diff"])
+def test_a_number_beyond_its_field_s_range_is_named_by_every_command(tmp_path, capsys, field, value, command):
+    """A JSON number too large for int64 (int32): convert died with pyarrow's OverflowError
+    traceback, replay said 'the replay failed ... OverflowError' without the line, and diff
+    said 'same'."""
+    rows = overlapping_receives()
+    rows[9][field] = value
+    if field == "pos":
+        rows = rows[9:] + rows[:9]  # first: what comes after it is in order
+    trace = jsonl(tmp_path / "t.jsonl", rows)
+    argv = {"replay": ["replay", "--local", str(trace)], "convert": ["convert", str(trace), str(tmp_path / "t.parquet")],
+            "diff": ["diff", str(trace), str(trace)]}[command]
+    line = one_error(capsys, argv)
+    assert f"t.jsonl:{2 if field == 'pos' else 11}: field '{field}'" in line and "range" in line, line
+
+
+def test_replay_refuses_an_event_of_another_trace_as_convert_and_diff_do(tmp_path, capsys):
+    """Events of two recordings in one file (the header's trace 't', a line of trace 'u'):
+    convert and diff refused it; replay checked them as one trace."""
+    rows = overlapping_receives()
+    rows[9]["trace"] = "u"
+    line = one_error(capsys, ["replay", "--local", str(jsonl(tmp_path / "t.jsonl", rows))])
+    assert "t.jsonl:11: field 'trace' is 'u', the header's trace is 't'" in line, line

@@ -307,6 +307,7 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
     schema = arrow_schema()
     rows: list[dict] = []
     last_pos = -1
+    trace = None  # the header's
     with open(path, "rb") as f:  # bytes, as read_jsonl reads them: a byte order mark read past, bad UTF-8 named by line
         for number, line in enumerate(bounded_lines(f, path), 1):
             if not line.strip():
@@ -324,8 +325,12 @@ def _jsonl_batches(path: str, batch_size: int = 65_536, report: list | None = No
             if not isinstance(obj, dict):
                 raise TraceFormatError(f"{path}:{number}: not a JSON object (a {type(obj).__name__})")
             if "format" in obj and "pos" not in obj:
+                trace = obj.get("trace")
                 continue  # the header
             rows.append(check_event(obj, f"{path}:{number}"))
+            if rows[-1]["trace"] != trace and trace is not None:  # two recordings in one file: as read_jsonl refuses it
+                raise TraceFormatError(f"{path}:{number}: field 'trace' is {rows[-1]['trace']!r}, the header's trace is "
+                                       f"{trace!r}")
             if rows[-1]["pos"] <= last_pos:  # checked in file order: out of order is not the trace read_jsonl takes
                 raise TraceFormatError(f"{path}:{number}: field 'pos' is {rows[-1]['pos']}, not after the previous "
                                        f"event's {last_pos}")

@@ -103,6 +103,10 @@ def loads(text: str | bytes, where: str) -> Any:
 
 
 _KINDS = {name: _PY_TYPES[kind] for name, kind, _ in FIELDS}
+#: the integer fields' bounds (``int64``, ``int32``): a larger number is no value of the format
+#: (Parquet cannot hold it: convert failed on it with pyarrow's OverflowError)
+_LIMITS = {name: 1 << (63 if kind == "int64" else 31) for name, kind, _ in FIELDS if kind != "string"}
+_I64, _I32 = 1 << 63, 1 << 31
 _ABSENT = dict.fromkeys(FIELD_NAMES)  # every field, None: what an event's own fields go over
 _OPERATION_SET, _PHASE_SET = frozenset(OPERATIONS), frozenset(PHASES)
 #: args / result texts already found to be JSON objects (receives repeat theirs): not parsed
@@ -121,11 +125,14 @@ def check_event(event: Mapping[str, Any], where: str) -> dict[str, Any]:
     kinds = _KINDS
     for name, value in event.items():
         kind = kinds.get(name)
-        if kind is None or (value is not None and value.__class__ is not kind):
+        if kind is None or (value is not None and (value.__class__ is not kind
+                                                   or kind is int and not -_I64 <= value < _I64)):
             return _check_event_field_by_field(event, where)
     out = {**_ABSENT, **event}
+    count, partition = out["delivery_count"], out["partition"]
     if (out["trace"] is None or out["pos"] is None or out["time"] is None or out["client"] is None or out["op_id"] is None
-            or out["phase"] not in _PHASE_SET or out["op"] not in _OPERATION_SET):
+            or out["phase"] not in _PHASE_SET or out["op"] not in _OPERATION_SET
+            or count is not None and not -_I32 <= count < _I32 or partition is not None and not -_I32 <= partition < _I32):
         return _check_event_field_by_field(event, where)
     args, result = out["args"], out["result"]
     if (args is not None and args not in _OBJECTS) or (result is not None and result not in _OBJECTS):
@@ -147,6 +154,8 @@ def _check_event_field_by_field(event: Mapping[str, Any], where: str) -> dict[st
                 raise TraceFormatError(f"{where}: field {name!r} is required")
         elif not isinstance(value, _PY_TYPES[kind]) or isinstance(value, bool):
             raise TraceFormatError(f"{where}: field {name!r} should be {kind}, got {type(value).__name__} {value!r}")
+        elif kind != "string" and not -_LIMITS[name] <= value < _LIMITS[name]:
+            raise TraceFormatError(f"{where}: field {name!r} is {str(value)[:40]}, out of {kind}'s range")
         out[name] = value
     if out["phase"] not in PHASES:
         raise TraceFormatError(f"{where}: field 'phase' is {out['phase']!r}, expected one of {', '.join(PHASES)}")
