@@ -177,6 +177,8 @@ class Links:
         link.properties = {**(link.properties or {}), v.LOCKED_UNTIL_UTC: (self.clock.epoch_ms + locked_until) * 10_000 + v.DOTNET_EPOCH_TICKS}
         link.open()
         r.conn.receivers.append(r)
+        if link.credit > 0:  # credit the client gave while it waited (a FLOW may follow its ATTACH at once)
+            self._serve(r)
         return True
 
     def _retry_sessions(self, state: ConnState, now: float, keys: Any = None) -> None:
