@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from .processes import stop_process
@@ -58,7 +59,64 @@ class LocalServiceBusError(RuntimeError):
     """The local Service Bus could not start, or stopped: one line saying why."""
 
 
-class LocalServiceBus:
+class _KitControls:
+    """The kit's controls of a ``sbconform serve`` (its ``$sbconform`` node), for its holders below."""
+
+    _control: Any = None
+    admin_connection_string: str
+
+    def _control_address(self) -> tuple[str, int, str, str]:
+        """Host, AMQP port, key name and key of the running server (an error if it is not running)."""
+        raise NotImplementedError
+
+    def admin_client(self, **kwargs: Any) -> Any:
+        """A ``ServiceBusAdministrationClient`` on this server (plain HTTP, as the emulator's)."""
+        from azure.servicebus.management import ServiceBusAdministrationClient
+
+        from .server.admin_http import plain_http_transport
+
+        return ServiceBusAdministrationClient.from_connection_string(
+            self.admin_connection_string, transport=kwargs.pop("transport", None) or plain_http_transport(), **kwargs)
+
+    # ------------------------------------------------------------ the kit's controls
+    def advance(self, seconds: float | dt.timedelta = 0.0) -> None:
+        """Move the broker's clock ``seconds`` forward at once (never back): locks expire, messages
+        reach their time to live, scheduled messages are enqueued, as if that time had passed."""
+        if isinstance(seconds, dt.timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
+            raise ValueError(f"advance: a number of seconds of 0 or more (or a timedelta), not {seconds!r}")
+        self._call("advance-time", ms=round(seconds * 1000))
+
+    def take_down(self, entity: str) -> None:
+        """Take a queue, topic or subscription down: every operation on it fails, as on an entity
+        Service Bus cannot reach (the SDK raises ServiceBusError), until ``bring_back``."""
+        self._call("entity-availability", path=_path(entity), available=False)
+
+    def bring_back(self, entity: str) -> None:
+        """Undo ``take_down``: the entity answers again, with what it held."""
+        self._call("entity-availability", path=_path(entity), available=True)
+
+    # ------------------------------------------------------------ inside
+    def _call(self, operation: str, **body: Any) -> Any:
+        host, port, key_name, key = self._control_address()
+        if self._control is None:
+            from .targets.proton_client import ControlClient
+
+            self._control = ControlClient(host, port, key_name, key)
+        try:
+            return self._control.call(operation, **body)
+        except Exception as error:  # a refused request (not-found...) or a server gone under the call
+            self._control_address()
+            raise LocalServiceBusError(f"{operation}: {getattr(error, 'text', None) or error}") from None
+
+    def _close_control(self) -> None:
+        control, self._control = self._control, None
+        if control is not None:
+            control.close()
+
+
+class LocalServiceBus(_KitControls):
     """``sbconform serve`` for one test, one module or one session of an application's tests."""
 
     def __init__(self, config: str | os.PathLike | dict | None = None, *, host: str = "127.0.0.1") -> None:
@@ -80,13 +138,7 @@ class LocalServiceBus:
         if self._process is not None:
             raise LocalServiceBusError("this LocalServiceBus is already started (one server per instance)")
         args = [sys.executable, "-c", _WATCHED, "serve", "--host", self.host, "--port", "0", "--http-port", "0"]
-        config = self.config
-        if isinstance(config, dict):
-            self._folder = tempfile.mkdtemp(prefix="sbconform-local-")
-            path = os.path.join(self._folder, "Config.json")
-            with open(path, "w", encoding="utf-8") as out:
-                json.dump(config, out)
-            config = path
+        config, self._folder = _config_file(self.config)
         if config is not None:
             args += ["--config", os.fspath(config)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -109,9 +161,7 @@ class LocalServiceBus:
 
     def stop(self) -> None:
         """Stop the server (its messages go with it) and remove what ``start`` wrote. Idempotent."""
-        control, self._control = self._control, None
-        if control is not None:
-            control.close()
+        self._close_control()
         process, drainer = self._process, self._drainer
         stop_process(process)
         if drainer is not None:
@@ -144,47 +194,9 @@ class LocalServiceBus:
         name, key = self._started().key
         return f"Endpoint=sb://localhost:{self.http_port};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true;"
 
-    def admin_client(self, **kwargs: Any) -> Any:
-        """A ``ServiceBusAdministrationClient`` on this server (plain HTTP, as the emulator's)."""
-        from azure.servicebus.management import ServiceBusAdministrationClient
-
-        from .server.admin_http import plain_http_transport
-
-        return ServiceBusAdministrationClient.from_connection_string(
-            self.admin_connection_string, transport=kwargs.pop("transport", None) or plain_http_transport(), **kwargs)
-
-    # ------------------------------------------------------------ the kit's controls
-    def advance(self, seconds: float | dt.timedelta = 0.0) -> None:
-        """Move the broker's clock ``seconds`` forward at once (never back): locks expire, messages
-        reach their time to live, scheduled messages are enqueued, as if that time had passed."""
-        if isinstance(seconds, dt.timedelta):
-            seconds = seconds.total_seconds()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
-            raise ValueError(f"advance: a number of seconds of 0 or more (or a timedelta), not {seconds!r}")
-        self._call("advance-time", ms=round(seconds * 1000))
-
-    def take_down(self, entity: str) -> None:
-        """Take a queue, topic or subscription down: every operation on it fails, as on an entity
-        Service Bus cannot reach (the SDK raises ServiceBusError), until ``bring_back``."""
-        self._call("entity-availability", path=_path(entity), available=False)
-
-    def bring_back(self, entity: str) -> None:
-        """Undo ``take_down``: the entity answers again, with what it held."""
-        self._call("entity-availability", path=_path(entity), available=True)
-
-    # ------------------------------------------------------------ inside
-    def _call(self, operation: str, **body: Any) -> Any:
+    def _control_address(self) -> tuple[str, int, str, str]:
         self._started()
-        if self._control is None:
-            from .targets.proton_client import ControlClient
-
-            self._control = ControlClient(self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1",
-                                          self.port, *self.key)  # type: ignore[arg-type]
-        try:
-            return self._control.call(operation, **body)
-        except Exception as error:  # a refused request (not-found...) or a server gone under the call
-            self._started()
-            raise LocalServiceBusError(f"{operation}: {getattr(error, 'text', None) or error}") from None
+        return (self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1", self.port, *self.key)  # type: ignore[return-value]
 
     def _started(self) -> "LocalServiceBus":
         if self._process is None or self.connection_string is None:
@@ -215,6 +227,112 @@ class LocalServiceBus:
             self._output.append(line)
 
 
+def _config_file(config: str | os.PathLike | dict | None) -> tuple[str | None, str | None]:
+    """The config as a file: (its path, the folder written for a dict, to remove afterwards)."""
+    if not isinstance(config, dict):
+        return (None if config is None else os.fspath(config)), None
+    folder = tempfile.mkdtemp(prefix="sbconform-local-")
+    path = os.path.join(folder, "Config.json")
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(config, out)
+    return path, folder
+
+
+class ServeContainer(_KitControls):
+    """``sbconform serve`` in a container, through testcontainers, for tests that run their services
+    as containers (as ``sbconform.emulator.ServiceBusEmulatorContainer`` runs Microsoft's emulator):
+    our image (``sbconform container build``; built on first use), AMQP and the management REST API
+    mapped to free ports, the config mounted read-only, the kit's labels on it (``sbconform
+    container sweep`` finds it if this process is killed)."""
+
+    AMQP_PORT, HTTP_PORT = 5672, 5300
+
+    def __init__(self, config: str | os.PathLike | dict | None = None, *, image: str | None = None) -> None:
+        if config is not None and not isinstance(config, (str, os.PathLike, dict)):
+            raise TypeError(f"config: a Config.json path or a dict in its schema, not {type(config).__name__}")
+        self.config = config
+        self.image = image
+        self.container: Any = None
+        self._folder: str | None = None
+        self._key: tuple[str, str] = ("", "")
+
+    def start(self) -> "ServeContainer":
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+        from .containers import SERVE_IMAGE, ensure_serve_image, kit_labels
+        from .server.config import ConfigError, load_config
+        from .targets.container import CONFIG_IN_CONTAINER
+
+        if self.container is not None:
+            raise LocalServiceBusError("this ServeContainer is already started (one container per instance)")
+        path, self._folder = _config_file(self.config)
+        try:
+            config = load_config(path)  # its errors here, in one line, rather than a container that never says it is up
+        except ConfigError as error:
+            problem = str(error)
+            if isinstance(self.config, dict):
+                problem = problem.replace(path, "config (the dict given)")  # type: ignore[arg-type]
+            self.stop()
+            raise LocalServiceBusError(problem) from None
+        self._key = next(iter(config.keys.items()))
+        self.image = ensure_serve_image(self.image or SERVE_IMAGE)
+        container = DockerContainer(self.image, labels=kit_labels()).with_exposed_ports(self.AMQP_PORT, self.HTTP_PORT)
+        container = container.waiting_for(LogMessageWaitStrategy("listening on").with_startup_timeout(120))
+        if path is not None:
+            container = container.with_volume_mapping(str(Path(path).resolve()), CONFIG_IN_CONTAINER, mode="ro")
+            container = container.with_command(f"--config {CONFIG_IN_CONTAINER}")
+        self.container = container
+        try:
+            container.start()
+        except Exception as error:
+            self.stop()
+            raise LocalServiceBusError(f"{self.image} did not start: {error}") from None
+        return self
+
+    def stop(self) -> None:
+        self._close_control()
+        container, self.container = self.container, None
+        if container is not None:
+            try:
+                container.stop()
+            except Exception:
+                pass
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __enter__(self) -> "ServeContainer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def get_connection_string(self) -> str:
+        """For ServiceBusClient (AMQP)."""
+        return self._connection_string(self.AMQP_PORT)
+
+    def get_management_connection_string(self) -> str:
+        """For ServiceBusAdministrationClient (the management REST API, plain HTTP)."""
+        return self._connection_string(self.HTTP_PORT)
+
+    @property
+    def admin_connection_string(self) -> str:  # type: ignore[override]
+        return self.get_management_connection_string()
+
+    def _connection_string(self, port: int) -> str:
+        host, mapped, name, key = self._endpoint(port)
+        return f"Endpoint=sb://{host}:{mapped};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true;"
+
+    def _endpoint(self, port: int) -> tuple[str, int, str, str]:
+        if self.container is None:
+            raise LocalServiceBusError("the ServeContainer is not started (use start() or `with ServeContainer(...)`)")
+        return (self.container.get_container_host_ip(), int(self.container.get_exposed_port(port)), *self._key)
+
+    def _control_address(self) -> tuple[str, int, str, str]:
+        return self._endpoint(self.AMQP_PORT)
+
+
 def _path(entity: str) -> str:
     if not isinstance(entity, str) or not entity.strip("/"):
         raise ValueError(f"an entity path (a queue, a topic or topic/Subscriptions/name), not {entity!r}")
@@ -230,4 +348,4 @@ def _one_line(text: str) -> str:
     return line[len("sbconform serve: "):] if line.startswith("sbconform serve: ") else line
 
 
-__all__ = ["LocalServiceBus", "LocalServiceBusError"]
+__all__ = ["LocalServiceBus", "LocalServiceBusError", "ServeContainer"]

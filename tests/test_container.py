@@ -70,3 +70,29 @@ def test_bad_options_are_clear_errors(tmp_path: Path) -> None:
         ContainerTarget(env="JUSTANAME")
     other = ContainerTarget(image="example.invalid/some-emulator:1")
     assert other.control_mode == "none" and "entity-management" not in other.capabilities
+
+
+def test_serve_container_gives_connection_strings_out_and_the_kit_controls(image) -> None:
+    import datetime as dt
+
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    from sbconform.local import LocalServiceBusError, ServeContainer
+
+    config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [{"Name": "orders"}]}]}}
+    with ServeContainer(config=config, image=image) as broker:
+        with ServiceBusClient.from_connection_string(broker.get_connection_string()) as client:
+            with client.get_queue_sender("orders") as sender:
+                sender.schedule_messages(ServiceBusMessage("later"), dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+            broker.advance(dt.timedelta(hours=1))
+            with client.get_queue_receiver("orders") as receiver:
+                [got] = receiver.receive_messages(max_wait_time=5)
+                assert str(got) == "later"
+                receiver.complete_message(got)
+        assert [q.name for q in broker.admin_client().list_queues()] == ["orders"]
+        labels = broker.container.get_wrapped_container().labels
+        assert "org.sbconform.session" in labels
+    assert broker.container is None
+    bad = {"UserConfig": {"Namespaces": [{"Name": "x", "Queues": [{"Name": "q", "Properties": {"MaxDeliveryCount": "three"}}]}]}}
+    with pytest.raises(LocalServiceBusError, match=r"^config \(the dict given\): UserConfig\.Namespaces\[0\]\.Queues\[0\]\.Properties\.MaxDeliveryCount"):
+        ServeContainer(config=bad, image=image).start()
