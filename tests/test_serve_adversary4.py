@@ -226,3 +226,19 @@ def test_credit_given_while_waiting_for_a_session_is_served_once_one_is_accepted
         if sender is not None:
             sender.close()
         admin.delete_queue("pending-sessions")
+
+
+# --------------------------------------------------------- REST: values
+@pytest.mark.parametrize("element,text", [("LockDuration", "P" + "9" * 400 + "D"), ("DefaultMessageTimeToLive", "PT" + "9" * 400 + "S"),
+                                          ("AutoDeleteOnIdle", "PT" + "9" * 309 + ".5S")])
+def test_a_duration_too_large_for_any_number_is_a_400_not_a_500(broker, element: str, text: str, caplog) -> None:
+    """A duration of 400 digits overflowed to infinity and failed rounding (OverflowError, not a
+    ValueError): 500 'the broker failed to handle the request', an error logged. .NET's
+    XmlConvert.ToTimeSpan throws OverflowException on it, a bad request."""
+    _, http = broker
+    body = ENTRY % f"<{element}>{text}</{element}>".encode()
+    status, answer = raw(http, "PUT", "/huge-duration?api-version=2021-05", body=body)
+    assert status == 400, answer[:300]
+    assert element in ET.fromstring(answer).find("Detail").text or "duration" in ET.fromstring(answer).find("Detail").text
+    assert not exists(http, "huge-duration")
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -5,6 +5,7 @@ written as Service Bus writes them and read as tolerantly as Service Bus reads t
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import uuid
 import xml.etree.ElementTree as ET
@@ -118,8 +119,10 @@ def parse_duration(text: str) -> int:
     if not m or text in ("P", "PT") or m.group(1):
         raise HttpError(400, f"'{text}' is not a valid duration (ISO 8601, such as PT1M)")
     days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups()[1:])
-    ms = round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
-    return min(ms, TIMESPAN_MAX)
+    total = (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000
+    if not math.isfinite(total):  # (400 digits: .NET's XmlConvert.ToTimeSpan throws OverflowException; round() raised here)
+        raise HttpError(400, f"'{text[:40]}...' is not a valid duration: too large")
+    return min(round(total), TIMESPAN_MAX)
 
 
 def format_duration(ms: int) -> str:
