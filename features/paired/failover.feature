@@ -78,11 +78,11 @@ Feature: The failover sender
 
   @PAIR-FAIL-004 @needs:entity-outage
   Scenario: Failover engages once the interval has passed with no successful send
-    Given factory "F" paired with failover interval 10 seconds and ping interval 5 seconds
+    Given factory "F" paired with failover interval 10 seconds and ping interval 2 seconds
     And the primary "q" becomes unavailable
     And factory "F" sends "m1" to "q"
     And the operation fails with "entity-unavailable"
-    When the pairing runs for 17 seconds
+    When the pairing runs for 13 seconds
     Then factory "F" has failed "q" over
     And factory "F" pinged "q" 1 time
     When factory "F" sends "m2" to "q"
