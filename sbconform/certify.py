@@ -33,10 +33,13 @@ from .certify_outputs import exit_status, lock_report_dir, output_problem, repor
 from .coverage import collection_paths, kit_root
 from .report import area_line, build_report, clause_patterns, load_expectations, selects, summary_line
 from .progress import LiveLine
-from .results import RunResults, TestMeta, TestResult, default_meta, make_result, read_partial, read_started
+from .results import RunResults, TestMeta, TestResult, default_meta, make_result, merge_runs, read_partial, read_started
 from .secrets import ENV as CONNECTION_STRING_ENV, mask, mask_value
 
 TRAILER = ("rootdir:", "inifile:", "configfile:")  # pytest's lines after its error: not what broke
+#: pytest's exit status when nothing was collected (``-- -k typo``)
+NO_TESTS_COLLECTED = 5
+NOTHING_SELECTED = "no test of the kit was selected (by the test arguments after --, or --clause)"
 
 
 class CertifyError(Exception):
@@ -104,6 +107,9 @@ def _validate(target: str, report_dir: Path, options: Sequence[str], connection_
     if unknown:
         raise CertifyError(f"--expectations {expectations}: unknown clauses {', '.join(unknown)}")
     for arg in clauses:
+        if not arg.replace(",", "").strip():  # `--clause "$UNSET"`: selecting nothing, it ran every clause
+            raise CertifyError(f"--clause {arg!r}: an empty pattern; name an id, a glob like PART-KEY-*, "
+                               f"or an area: {', '.join(sorted(catalog.areas))}")
         for pattern in (p.strip() for p in arg.split(",") if p.strip()):
             if not any(selects(pattern, c) for c in catalog.clauses.values()):
                 raise CertifyError(f"--clause {pattern!r} matches no clause (an id, a glob like PART-KEY-*, "
@@ -156,9 +162,16 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
     raw_path = report_dir / "results.json"
     try:  # the first writes, before anything runs: a directory certify cannot write in is the user's to fix
         (report_dir / "run.log").open("w", encoding="utf-8").close()
-        raw_path.unlink(missing_ok=True)
+        for stale in (raw_path, report_dir / "report.json", report_dir / "report.md"):  # an earlier run's, beside
+            stale.unlink(missing_ok=True)  # this run's log, read as this run's verdict if this one writes none
     except OSError as error:
         raise CertifyError(f"--report-dir {report_dir}: cannot write in it: {error.strerror}") from None
+    for flag, named in (("--junit-xml", junit_xml), ("--html", html)):
+        try:
+            if named is not None:
+                Path(named).unlink(missing_ok=True)
+        except OSError as error:
+            raise CertifyError(f"{flag} {named}: cannot replace it: {error.strerror}") from None
     root = kit_root()
     # test arguments naming files or tests narrow the run to them; else every test of the kit
     options_only = _options_only(list(pytest_args), root)
@@ -204,7 +217,7 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
             signal.signal(s, handler)
         run.close()
     if raw is None:
-        print(f"sbconform certify: the test run broke ({run.broke}); no report written; full output in {log_path}",
+        print(f"sbconform certify: {run.broke}; no report written; full output in {log_path}",
               file=sys.stderr, flush=True)
         return 2
     patterns = clause_patterns(clauses)
@@ -251,6 +264,10 @@ class _Run:
         self.timed_out = 0  # test processes stopped by the shard timeout
         self.stuck: list[str] = []  # their unfinished tests
         self.collected: dict[str, TestMeta] = {}  # what each test checks, from the collection step
+        # the clauses --clause selected (None: all): the live line counts these, as the report grades them
+        patterns = clause_patterns([command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--sb-clause"])
+        self.selected = None if not patterns else {
+            cid for cid, clause in catalog.clauses.items() if any(selects(p, clause) for p in patterns)}
 
     def on_signal(self, signum, frame) -> None:
         if not self.stopping:
@@ -333,8 +350,11 @@ class _Run:
                     code = process.wait(0.5 if remaining is None else max(0.01, min(0.5, remaining)))
                 except subprocess.TimeoutExpired:
                     continue
+                if code == NO_TESTS_COLLECTED:  # pytest's: the user's selection, not a broken run
+                    self.broke = NOTHING_SELECTED
+                    break
                 if not path.exists() or code not in (0, 1):
-                    self.broke = f"test process exit status {code}: {getattr(self, 'last_line', '') or 'no output'}"
+                    self.broke = f"the test run broke (test process exit status {code}: {getattr(self, 'last_line', '') or 'no output'})"
                     break
                 parts.append(json.loads(path.read_text(encoding="utf-8")))
                 if shard is not None:
@@ -342,9 +362,9 @@ class _Run:
                 break
         if self.broke or not parts:
             self._show_progress(final=True)
-            self.broke = self.broke or "no results"
+            self.broke = self.broke or "the test run broke (no results)"
             return None
-        merged = _merge(parts)
+        merged = merge_runs(parts)
         self._show_progress(final=True, finished=merged["tests"])
         self._write_raw(merged)
         return merged
@@ -361,11 +381,11 @@ class _Run:
             self.log.write(mask(listing.stdout[-20000:] + listing.stderr[-5000:]))
         if listing.returncode not in (0, 5):
             lines = [line for line in (listing.stdout + listing.stderr).splitlines() if line.strip() and not line.strip().startswith(TRAILER)]
-            self.broke = f"collecting the tests failed: {mask(lines[-1]) if lines else 'no output'}"
+            self.broke = f"the test run broke (collecting the tests failed: {mask(lines[-1]) if lines else 'no output'})"
             return None
         ids = [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]
         if not ids:
-            self.broke = "no tests were selected"
+            self.broke = NOTHING_SELECTED
             return None
         return ids
 
@@ -385,7 +405,7 @@ class _Run:
                     pass
             _, tests = read_partial(Path(str(path) + ".partial"))
             parts.append(RunResults(target={}, finished=None, exitstatus=2, selection=[], tests=tests))
-        merged = _merge(parts) if parts else RunResults(target={}, finished=None, exitstatus=2, selection=[], tests=[])
+        merged = merge_runs(parts) if parts else RunResults(target={}, finished=None, exitstatus=2, selection=[], tests=[])
         if not merged["target"]:
             merged["target"] = {"name": self.command[self.command.index("--sb-target") + 1]}
         self._write_raw(merged)
@@ -438,15 +458,18 @@ class _Run:
             results = finished
             for r in finished:
                 metas.setdefault(r["nodeid"], r)
+        def graded(clauses: list[str]) -> list[str]:
+            return [c for c in clauses if self.selected is None or c in self.selected]
+
         tests_of: dict[str, set[str]] = {}
         for nodeid, meta in metas.items():
-            for cid in meta["clauses"]:
+            for cid in graded(meta["clauses"]):
                 tests_of.setdefault(cid, set()).add(nodeid)
         finished = {r["nodeid"] for r in results if r["phase"] in ("call", "setup") and
                     (r["phase"] == "call" or r["outcome"] != "pass")}
-        failed = {c for r in results if r["outcome"] in ("fail", "xpass") for c in r["clauses"]}
+        failed = {c for r in results if r["outcome"] in ("fail", "xpass") for c in graded(r["clauses"])}
         done = [c for c, ids in tests_of.items() if ids <= finished]
-        current = results[-1]["clauses"][0] if results and results[-1]["clauses"] else ""
+        current = next(iter(graded(results[-1]["clauses"])), "") if results else ""
         elapsed = time.monotonic() - self.started
         line = (f"  {len(done)}/{len(tests_of) or '?'} clauses, {len(finished)}/{len(metas) or '?'} tests"
                 f"{f', {len(failed)} failing' if failed else ''}  {current:<18} {elapsed:5.0f} s")
@@ -464,14 +487,3 @@ def _options_only(args: list[str], root: Path) -> list[str]:
             continue
         out.append(arg)
     return out
-
-
-def _merge(parts: list[RunResults]) -> RunResults:
-    merged = RunResults(target={}, finished=None, exitstatus=0, selection=[], tests=[])
-    for part in parts:
-        merged["tests"] += part["tests"]
-        merged["target"] = merged["target"] or part.get("target") or {}
-        merged["selection"] = merged["selection"] or part.get("selection") or []
-        merged["finished"] = part.get("finished") or merged["finished"]
-        merged["exitstatus"] = max(merged["exitstatus"], part.get("exitstatus", 0))
-    return merged

@@ -94,3 +94,15 @@ def read_started(path: Path) -> set[str]:
 
 def empty_run(tests: Iterable[TestResult] = (), target: dict[str, Any] | None = None) -> RunResults:
     return RunResults(target=target or {}, finished=None, exitstatus=1, selection=[], tests=list(tests))
+
+
+def merge_runs(parts: list[RunResults]) -> RunResults:
+    """The results of one certification's test processes (``--jobs``) as one run."""
+    merged = RunResults(target={}, finished=None, exitstatus=0, selection=[], tests=[])
+    for part in parts:
+        merged["tests"] += part["tests"]
+        merged["target"] = merged["target"] or part.get("target") or {}
+        merged["selection"] = merged["selection"] or part.get("selection") or []
+        merged["finished"] = part.get("finished") or merged["finished"]
+        merged["exitstatus"] = max(merged["exitstatus"], part.get("exitstatus", 0))
+    return merged

@@ -73,8 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("certify", help="run the kit against a target and write report.json / report.md",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Exit 0: no MUST clause fails; 1: a MUST clause fails; 2: the run could not be made "
-                                   "(bad input, an out-of-date expectations file, target unreachable or refusing the key); "
-                                   "130: interrupted.")
+                                   "or gave no verdict (bad input, an out-of-date expectations file, target unreachable or "
+                                   "refusing the key, every clause skipped: nothing graded); 130: interrupted.")
     p.add_argument("--target", default="reference", help="target name (see `sbconform targets`)")
     p.add_argument("--report-dir", default=None, metavar="DIR",
                    help="where to write report.json, report.md and run.log (default: reports/TARGET)")

@@ -24,7 +24,7 @@ LIMIT_FLAGS = {
     "--max-delivery-size": ("max_delivery_size", COUNT, "largest delivery in bytes, over all its frames (and all of a connection's deliveries in progress together); past it the connection is closed"),
     "--max-output-buffer": ("max_output_buffer", COUNT, "bytes buffered for one connection before the server stops reading from and sending to it (and refuses its $cbs/$management requests: server-busy)"),
     "--open-timeout": ("open_timeout", SECONDS, "seconds a new connection has to send its OPEN"),
-    "--idle-timeout": ("idle_timeout", SECONDS, "seconds without a frame before a connection is closed (advertised in OPEN)"),
+    "--idle-timeout": ("idle_timeout", SECONDS, "seconds without a frame before a connection is closed (half of it advertised in OPEN, as proton does)"),
     "--max-connections": ("max_connections", COUNT, "connections served at once; more are closed on accept"),
     "--max-links": ("max_links", COUNT, "links open at once on one connection"),
     "--max-sessions": ("max_sessions", COUNT, "sessions open at once on one connection"),
@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     defaults = args.config is None and _default_entities(config)
     try:
         _logging(args, data)
+    except ValueError as error:
+        print(f"sbconform serve: {args.config}: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"sbconform serve: {args.config}: its Logging Type File logs to {error.filename}, which cannot be opened: "
               f"{error.strerror}", file=sys.stderr)
@@ -167,12 +170,15 @@ def _logging(args: argparse.Namespace, data) -> None:
     the config file's JSON (read once: a pipe gives it only once)."""
     from pathlib import Path
 
+    user = data.get("UserConfig") if isinstance(data, dict) else None
+    given = user.get("Logging") if isinstance(user, dict) else None
     kind = None
-    if data is not None:
-        try:
-            kind = str(((data.get("UserConfig") or {}).get("Logging") or {}).get("Type", "")).lower() or None
-        except AttributeError:
-            kind = None  # parse_config has already judged the file
+    if isinstance(given, dict) and "Type" in given:  # parse_config has judged the rest of the file
+        kind = str(given["Type"]).lower()
+        if kind not in ("console", "file"):  # a typo logged as Console did, without a word
+            # the emulator's two: File in its installer's Config.json, Console in .NET Aspire's WithConfiguration
+            # (learn.microsoft.com/dotnet/api/aspire.hosting.azureservicebusextensions.withconfiguration)
+            raise ValueError(f"UserConfig.Logging.Type: expected Console or File, got {given['Type']!r}")
     level = getattr(logging, (args.log_level or ("info" if kind else "warning")).upper())
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     if kind == "file":

@@ -11,6 +11,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..coverage import check
 
+    if args.area is not None and args.action == "check":  # it checked every area, the option dropped unsaid
+        print(f"sbconform spec: --area {args.area!r}: only `sbconform spec list` takes --area; "
+              "`spec check` checks every area", file=sys.stderr)
+        return 2
     try:
         catalog = load_catalog()
     except CatalogError as error:
@@ -35,5 +39,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("spec", help="the clause catalog: check coverage, or list clauses")
     p.add_argument("action", choices=["check", "list"], nargs="?", default="check",
                    help="check: coverage per area, exit 1 on unknown clauses or untagged scenarios; list: the clauses")
-    p.add_argument("--area", default=None, help="list: only this area's clauses")
+    p.add_argument("--area", default=None, help="list: only this area's clauses (spec list only)")
     p.set_defaults(func=run)

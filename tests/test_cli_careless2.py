@@ -1,0 +1,179 @@
+"""A careless user in a hurry, second round: what they typed is said back in one line naming it,
+exit 2, no traceback; nothing they asked for is silently dropped or silently widened; what is
+left on disk and on the terminal agrees with the run that was made. (Earlier rounds:
+test_cli_careless.py, test_cli_errors.py, test_cli_preflight.py, test_report_reader.py.)
+
+Every test here runs in process; none starts a test run of the kit (the run is replaced where
+a test would otherwise start one), so the module takes about a second.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sbconform import certify as certify_module
+from sbconform.certify import _Run, certify
+from sbconform.cli import build_parser, main
+from sbconform.results import TestMeta as Meta, make_result
+
+from test_cli_careless import one_error
+
+
+@pytest.fixture
+def no_test_run(monkeypatch):
+    """The child test processes are never started: a run that gets that far breaks at once."""
+
+    def execute(self, jobs, timeout):
+        self.broke = "the test run broke (replaced by the test)"
+        return None
+
+    monkeypatch.setattr(_Run, "execute", execute)
+
+
+@pytest.mark.parametrize("pattern", ["", " ", ",", " , "])
+def test_an_empty_clause_pattern_is_refused_not_a_run_of_every_clause(tmp_path, capsys, no_test_run, pattern) -> None:
+    # `--clause "$CLAUSE"` with the variable unset: it selected nothing, so every clause ran and
+    # the run said CERTIFIED, for a user who meant to narrow it
+    line = one_error(capsys, ["certify", "--clause", pattern, "--report-dir", str(tmp_path / "r")])
+    assert "--clause" in line and "empty" in line, line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_clause_pattern_beside_an_empty_one_is_still_taken(tmp_path, capsys, no_test_run) -> None:
+    """Only a pattern that is nothing at all is refused: a trailing comma is not."""
+    assert main(["certify", "--clause", "SETTLE-COMP-001,", "--jobs", "1", "--report-dir", str(tmp_path / "r")]) == 2
+    assert "replaced by the test" in capsys.readouterr().err  # it got as far as running
+
+
+def test_a_run_that_breaks_leaves_no_earlier_report_beside_its_own_log(tmp_path, no_test_run) -> None:
+    # an earlier run's PASSED report stayed next to the run.log of a run that wrote none: whoever
+    # was handed the directory read the old verdict as this run's
+    reports = tmp_path / "r"
+    reports.mkdir()
+    for name in ("report.json", "report.md"):
+        (reports / name).write_text("an earlier run's report", encoding="utf-8")
+    (tmp_path / "old.html").write_text("an earlier run's page", encoding="utf-8")
+    (tmp_path / "old.xml").write_text("<testsuites/>", encoding="utf-8")
+    code = certify("reference", reports, clauses=["SETTLE-COMP-001"], jobs=1, out=io.StringIO(),
+                   html=tmp_path / "old.html", junit_xml=tmp_path / "old.xml")
+    assert code == 2
+    left = sorted(p.name for p in reports.iterdir()) + sorted(p.name for p in tmp_path.glob("old.*"))
+    assert left == ["run.log"], left
+
+
+def test_a_run_refused_before_it_starts_leaves_the_earlier_report_alone(tmp_path, capsys) -> None:
+    """A refusal before anything runs (here: a clause that does not exist) touches nothing."""
+    reports = tmp_path / "r"
+    reports.mkdir()
+    (reports / "report.json").write_text("{}", encoding="utf-8")
+    one_error(capsys, ["certify", "--clause", "NO-SUCH-001", "--report-dir", str(reports)])
+    assert (reports / "report.json").read_text(encoding="utf-8") == "{}"
+
+
+def a_run(tmp_path: Path, command: list[str], progress: io.StringIO | None = None) -> _Run:
+    from sbspec import load_catalog
+
+    return _Run(command, command, tmp_path / "results.json", {}, tmp_path, tmp_path / "run.log", (), load_catalog(), progress)
+
+
+def test_the_live_line_counts_only_the_selected_clauses(tmp_path) -> None:
+    # one scenario checks three clauses, one of them selected: the line said "3/3 clauses, 3 failing"
+    # and named an unselected clause, then the summary said 1 clause graded, 1 failing
+    out = io.StringIO()
+    run = a_run(tmp_path, [sys.executable, "-c", "pass", "--sb-target", "reference", "--sb-clause", "SETTLE-COMP-001"], out)
+    meta = Meta(title="t", clauses=["SETTLE-ABAN-001", "SETTLE-COMP-001", "SETTLE-LOCK-003"], needs=[],
+                    kind="scenario", uses_target=True)
+    run._show_progress(final=True, finished=[make_result("t::a", meta, "call", "fail", "wrong")])
+    run.close()
+    line = out.getvalue().strip()
+    assert line.startswith("1/1 clauses, 1/1 tests, 1 failing  SETTLE-COMP-001"), line
+
+
+def test_the_live_line_of_a_whole_run_counts_every_clause(tmp_path) -> None:
+    out = io.StringIO()
+    run = a_run(tmp_path, [sys.executable, "-c", "pass", "--sb-target", "reference"], out)
+    meta = Meta(title="t", clauses=["SETTLE-ABAN-001", "SETTLE-COMP-001"], needs=[], kind="scenario", uses_target=True)
+    run._show_progress(final=True, finished=[make_result("t::a", meta, "call", "pass")])
+    run.close()
+    assert out.getvalue().strip().startswith("2/2 clauses, 1/1 tests  SETTLE-ABAN-001"), out.getvalue()
+
+
+def test_test_arguments_that_select_no_test_are_said_so_not_a_broken_run(tmp_path) -> None:
+    # `sbconform certify -- -k typo`: the runner's exit status 5 (no test collected) was reported
+    # as "the test run broke (test process exit status 5: ...)"
+    run = a_run(tmp_path, [sys.executable, "-c", "import sys; print('1 deselected'); sys.exit(5)", "--sb-target", "reference"])
+    assert run.execute(1, None) is None
+    run.close()
+    assert "no test" in run.broke and "broke" not in run.broke and "exit status 5" not in run.broke, run.broke
+
+
+def test_a_test_process_that_dies_is_still_a_broken_run(tmp_path) -> None:
+    run = a_run(tmp_path, [sys.executable, "-c", "import sys; sys.exit(3)", "--sb-target", "reference"])
+    assert run.execute(1, None) is None
+    run.close()
+    assert run.broke.startswith("the test run broke (test process exit status 3"), run.broke
+
+
+def test_spec_check_refuses_an_area_it_would_ignore(capsys) -> None:
+    # `spec check --area rules` printed every area, exit 0: the option was dropped without a word
+    line = one_error(capsys, ["spec", "check", "--area", "rules"])
+    assert "--area" in line and "spec list" in line, line
+
+
+@pytest.fixture
+def serve_returns(monkeypatch):
+    """`sbconform serve` in process returns once listening (closing its socket), and leaves
+    this process's Ctrl-C and SIGTERM handlers as they were."""
+    import signal
+
+    from sbconform.server import Server
+
+    monkeypatch.setattr(Server, "run", lambda self: self.listener.close())
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
+    import logging
+
+    logging.getLogger("sbconform.serve").handlers[:] = []
+
+
+@pytest.mark.parametrize("kind", ["Fle", "Syslog", "", 5, None])
+def test_serve_refuses_a_logging_type_it_does_not_know(tmp_path, capsys, serve_returns, kind) -> None:
+    # a typo in UserConfig.Logging.Type logged as if it said Console, without a word
+    config = tmp_path / "Config.json"
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [{"Name": "q"}]}],
+                                                 "Logging": {"Type": kind}}}), encoding="utf-8")
+    line = one_error(capsys, ["serve", "--port", "0", "--http-port", "-1", "--config", str(config)])
+    assert str(config) in line and "UserConfig.Logging.Type" in line and "Console or File" in line, line
+
+
+@pytest.mark.parametrize("kind", ["Console", "File", "console"])
+def test_serve_takes_the_logging_types_the_emulator_documents(tmp_path, capsys, serve_returns, kind) -> None:
+    config = tmp_path / "Config.json"
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [{"Name": "q"}]}],
+                                                 "Logging": {"Type": kind}}}), encoding="utf-8")
+    assert main(["serve", "--port", "0", "--http-port", "-1", "--config", str(config)]) == 0
+    assert "listening on" in capsys.readouterr().out
+
+
+def subcommand_help(name: str) -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[name]
+    return " ".join(sub.format_help().split())
+
+
+def test_certify_help_gives_the_exit_codes_the_readme_gives() -> None:
+    """README: 2 also when every clause was skipped (nothing graded); --help said only bad input."""
+    text = subcommand_help("certify")
+    assert "nothing graded" in text and "130" in text, text
+
+
+def test_serve_help_says_half_the_idle_timeout_is_advertised() -> None:
+    """README and proton: OPEN carries half the timeout (proton advertises local_idle_timeout / 2)."""
+    assert "half of it advertised in OPEN" in subcommand_help("serve")
