@@ -95,6 +95,15 @@ class PathsFromOne(PairedFactory):
         self.failover.backlog_paths = [backlog_path(self.primary_namespace, i + 1) for i in range(self.options.backlog_queue_count)]
 
 
+class PathsAfterSecondary(PairedFactory):
+    """Names the backlog queues after the secondary namespace."""
+
+    def __init__(self, primary, secondary, *args, **kwargs) -> None:
+        super().__init__(primary, secondary, *args, **kwargs)
+        name = secondary.namespace_name()
+        self.failover.backlog_paths = [backlog_path(name, i) for i in range(self.options.backlog_queue_count)]
+
+
 class CreatesWithDefaults(PairedFactory):
     """Creates the missing backlog queues with the QueueDescription defaults."""
 
@@ -549,6 +558,7 @@ PAIRED_CLIENT_MUTANTS = [
     client_mutant("mutant-paired-failover-interval-ignored", "Fails over at the first failure that counts, whatever the interval (PAIR-OPT-002).", options=_interval_zero),
     client_mutant("mutant-paired-syphon-always", "Runs the syphon in every process (PAIR-OPT-003).", options=_syphon_always),
     client_mutant("mutant-paired-backlog-paths-from-one", "Numbers the backlog queues from 1 (PAIR-BACKLOG-001).", PathsFromOne),
+    client_mutant("mutant-paired-backlog-named-after-secondary", "Names the backlog queues after the secondary namespace (PAIR-BACKLOG-001).", PathsAfterSecondary),
     client_mutant("mutant-paired-backlog-created-with-defaults", "Creates backlog queues with the QueueDescription defaults (PAIR-BACKLOG-002).", CreatesWithDefaults),
     client_mutant("mutant-paired-backlog-recreated", "Deletes and recreates the backlog queues that exist (PAIR-BACKLOG-003).", Recreates),
     client_mutant("mutant-paired-extra-backlog-used", "Uses the backlog queues beyond the count it finds (PAIR-BACKLOG-004).", UsesExtraQueues),

@@ -80,9 +80,18 @@ SCENARIO_FOR = {
     "mutant-paired-partner-never-faulted": "the_syphon_faults_the_partner_still_open_5_seconds_later",
 }
 
+#: mutants no scenario can catch today, and why: each must still pass the scenario named (strict
+#: xfail), so that the day it is caught it moves to SCENARIO_FOR
+SURVIVORS = {
+    # The reference's paired_namespace() (sbconform/targets/reference.py) names the secondary
+    # namespace like the primary ("sbconform"), as two local `sbconform serve` endpoints are both
+    # "localhost" through the SDK: a backlog path named after either namespace is the same string.
+    "mutant-paired-backlog-named-after-secondary": "the_backlog_queues_are_named_after_the_primary_namespace",
+}
+
 
 def test_every_paired_mutant_names_a_scenario_that_must_catch_it() -> None:
-    unnamed = [m.name for m in PAIRED_BROKER_MUTANTS + PAIRED_CLIENT_MUTANTS if m.name not in SCENARIO_FOR]
+    unnamed = [m.name for m in PAIRED_BROKER_MUTANTS + PAIRED_CLIENT_MUTANTS if m.name not in {**SCENARIO_FOR, **SURVIVORS}]
     assert not unnamed, f"paired mutants no scenario is required to catch: {unnamed}"
 
 
@@ -91,7 +100,7 @@ def scenario_outcomes(tmp_path_factory) -> dict[str, list[tuple[str, str]]]:
     """mutant -> (test, outcome) of each phase of its scenarios, from one pytest run for all mutants."""
     results = tmp_path_factory.mktemp("paired-mutants") / "results.jsonl"
     # the matrix names scenarios (an outline's examples all run; the check below picks one out)
-    matrix = {m: sorted({p.split("[")[0] for p in scenario_parts(parts)}) for m, parts in SCENARIO_FOR.items()}
+    matrix = {m: sorted({p.split("[")[0] for p in scenario_parts(parts)}) for m, parts in {**SCENARIO_FOR, **SURVIVORS}.items()}
     env = {**os.environ, MATRIX: json.dumps(matrix), RESULTS: str(results),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
     parts = sorted({p for names in matrix.values() for p in names})
@@ -100,7 +109,7 @@ def scenario_outcomes(tmp_path_factory) -> dict[str, list[tuple[str, str]]]:
          str(ROOT / "tests" / "test_features.py"), "-k", " or ".join(parts)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
-    outcomes: dict[str, list[tuple[str, str]]] = {m: [] for m in SCENARIO_FOR}
+    outcomes: dict[str, list[tuple[str, str]]] = {m: [] for m in matrix}
     for line in results.read_text(encoding="utf-8").splitlines() if results.exists() else []:
         row = json.loads(line)
         if row["when"] == "call":  # caught by the scenario's steps, not by an error setting it up or tearing it down
@@ -109,12 +118,29 @@ def scenario_outcomes(tmp_path_factory) -> dict[str, list[tuple[str, str]]]:
     return outcomes
 
 
+class NotCaught(AssertionError):
+    """A scenario a mutant names passed on it."""
+
+
+def _caught(mutant: str, parts, scenario_outcomes) -> None:
+    ran = [test for test, _ in scenario_outcomes[mutant]]
+    assert ran, f"no scenario ran on {mutant}: {scenario_outcomes['<stdout>'][0][1]}"
+    for part in scenario_parts(parts):  # each scenario named must fail on the mutant
+        if not any(_names(test, part) and outcome == "failed" for test, outcome in scenario_outcomes[mutant]):
+            raise NotCaught(f"no scenario {part!r} failed on {mutant}: {scenario_outcomes[mutant]}\n{scenario_outcomes['<stdout>'][0][1]}")
+
+
 @pytest.mark.needs("model-internals")
 @pytest.mark.parametrize("mutant", sorted(SCENARIO_FOR))
 def test_paired_scenarios_catch(mutant: str, scenario_outcomes) -> None:
-    for part in scenario_parts(SCENARIO_FOR[mutant]):  # each scenario named must fail on the mutant
-        assert any(_names(test, part) and outcome == "failed" for test, outcome in scenario_outcomes[mutant]), \
-            f"no scenario {part!r} failed on {mutant}: {scenario_outcomes[mutant]}\n{scenario_outcomes['<stdout>'][0][1]}"
+    _caught(mutant, SCENARIO_FOR[mutant], scenario_outcomes)
+
+
+@pytest.mark.needs("model-internals")
+@pytest.mark.parametrize("mutant", sorted(SURVIVORS))
+@pytest.mark.xfail(strict=True, raises=NotCaught, reason="a known hole (SURVIVORS): its scenario cannot see this mutant yet")
+def test_known_survivors_still_survive(mutant: str, scenario_outcomes) -> None:
+    _caught(mutant, SURVIVORS[mutant], scenario_outcomes)
 
 
 def _names(test: str, part: str) -> bool:
