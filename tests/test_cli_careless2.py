@@ -177,3 +177,19 @@ def test_certify_help_gives_the_exit_codes_the_readme_gives() -> None:
 def test_serve_help_says_half_the_idle_timeout_is_advertised() -> None:
     """README and proton: OPEN carries half the timeout (proton advertises local_idle_timeout / 2)."""
     assert "half of it advertised in OPEN" in subcommand_help("serve")
+
+
+def test_compare_says_when_one_report_is_given_twice(tmp_path, capsys) -> None:
+    # `compare r5 r5` (or the directory and its report.json) showed two identical columns, "#1" and
+    # "#2", without a word: two runs that agree, where there was one
+    reports = tmp_path / "r"
+    reports.mkdir()
+    report = {"target": {"name": "mine"}, "clauses": {"SETTLE-SEND-001": {"status": "pass", "level": "MUST"}},
+              "summary": {"pass": 1, "fail": 0, "verdict": "PASSED"}}
+    (reports / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    line = one_error(capsys, ["compare", str(reports), str(reports / "report.json")], code=0)
+    assert "report.json" in line and "twice" in line and "one run" in line, line
+    (tmp_path / "copy.json").write_text(json.dumps(report), encoding="utf-8")  # two runs that agree: no note
+    assert main(["compare", str(reports), str(tmp_path / "copy.json")]) == 0
+    captured = capsys.readouterr()
+    assert "mine #2" in captured.out and captured.err == ""

@@ -75,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         path = Path(name)
         if path.is_dir():
             path = path / "report.json"
+        again = next((p for _, p in read if path.is_file() and p.is_file() and p.resolve() == path.resolve()), None)
+        if again is not None:  # two identical columns, "#1" and "#2", read as two runs that agree
+            print(f"sbconform compare: note: {path} is given twice (as {again}): its two columns are one run",
+                  file=sys.stderr)
         for flag, out in (("--out", args.out), ("--html", args.html)):
             if out and Path(out).resolve() == path.resolve():
                 print(f"sbconform compare: {flag} {out}: is an input report; writing it would replace the report",
