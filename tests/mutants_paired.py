@@ -138,6 +138,18 @@ class UpdatesExisting(PairedFactory):
         super().provision_backlog_queues()
 
 
+class DeletesExtraQueues(PairedFactory):
+    """Deletes the backlog queues it finds beyond the count."""
+
+    def provision_backlog_queues(self) -> None:
+        super().provision_backlog_queues()
+        count = self.options.backlog_queue_count
+        for index in range(count, count + 10):
+            path = backlog_path(self.primary_namespace, index)
+            if self._exists(self.targets[SECONDARY], path):
+                self.targets[SECONDARY].delete_entity(path)
+
+
 class UsesExtraQueues(PairedFactory):
     """Puts the backlog queues it finds beyond the count in the rotation too."""
 
@@ -197,6 +209,14 @@ class EngagesAtNextSend(FailoverSender):
             del self._engage_due
 
 
+class EngagingSendFails(FailoverSender):
+    """The send that engages the failover fails to its caller; only the next one goes to the backlog."""
+
+    def failed(self, client, entity, message, send, error, now, choose=None):
+        decision = super().failed(client, entity, message, send, error, now, choose)
+        return Fail(error) if send.namespace == PRIMARY and isinstance(decision, Send) else decision
+
+
 class SuccessKeepsTimer(FailoverSender):
     """A successful send to the primary does not stop the failover timer."""
 
@@ -229,6 +249,14 @@ class DropsFailedOver(PairedFactory):
         if send.namespace == SECONDARY:
             return
         super()._send(send)
+
+
+class BacklogFailureNotRetried(FailoverSender):
+    """Pulls a failing backlog queue from the rotation, but fails the message to its caller."""
+
+    def failed(self, client, entity, message, send, error, now, choose=None):
+        decision = super().failed(client, entity, message, send, error, now, choose)
+        return Fail(error) if send.namespace == SECONDARY else decision
 
 
 class SkipsForOneMessage(FailoverSender):
@@ -361,6 +389,25 @@ class PingsAtFailover(FailoverSender):
                 health.ping = PingTask(health.ping.interval, health.failed_over_at)
 
 
+class OnePingerPerEntity(FailoverSender):
+    """Pings an entity from one factory of the process only: the first that failed it over."""
+
+    pingers: dict[str, int] = {}  # entity -> the id of the sender that pings it (the process's)
+
+    def tick(self, now):
+        return [p for p in super().tick(now) if self.pingers.setdefault(p.path.lower(), id(self)) == id(self)]
+
+
+class PingsHealthyEntities(FailoverSender):
+    """Pings every entity the factory sends to, healthy ones too."""
+
+    def start(self, client, entity, message, now, choose=None):
+        health = self._health(entity)
+        if health.ping is None:
+            health.ping = PingTask.start(now, self.options.ping_primary_interval)
+        return super().start(client, entity, message, now, choose)
+
+
 class PingTaskStartsLate(FailoverSender):
     """Starts an entity's ping task 2 seconds after its failover, and records the failover then."""
 
@@ -466,6 +513,21 @@ class OneBatchPerPoll(PairedFactory):
                 self.syphon.poll_started[index] = started  # the batch did not end the poll
 
 
+class HeadOfLineBlocking(PairedFactory):
+    """The syphon stops at the first message its destination refuses: the messages behind it in
+    that batch, for other destinations, wait with it."""
+
+    def _move(self, receiver, decision):
+        blocked = self.__dict__.setdefault("blocked", {})
+        if blocked.get(decision.backlog_index) == self.now():
+            self.syphon.forward_failed(decision.backlog_index, getattr(decision.handle, "locked_until", None))
+            return
+        refused = dict(self._refused)
+        super()._move(receiver, decision)
+        if self._refused != refused:
+            blocked[decision.backlog_index] = self.now()
+
+
 class NoTranslationBack(Syphon):
     """Forwards the backlog copy as it is, aliases and x-ms-path included."""
 
@@ -562,16 +624,19 @@ PAIRED_CLIENT_MUTANTS = [
     client_mutant("mutant-paired-backlog-created-with-defaults", "Creates backlog queues with the QueueDescription defaults (PAIR-BACKLOG-002).", CreatesWithDefaults),
     client_mutant("mutant-paired-backlog-recreated", "Deletes and recreates the backlog queues that exist (PAIR-BACKLOG-003).", Recreates),
     client_mutant("mutant-paired-extra-backlog-used", "Uses the backlog queues beyond the count it finds (PAIR-BACKLOG-004).", UsesExtraQueues),
+    client_mutant("mutant-paired-extra-backlog-deleted", "Deletes the backlog queues beyond the count (PAIR-BACKLOG-004).", DeletesExtraQueues),
     client_mutant("mutant-paired-backlog-updated", "Updates existing backlog queues to the documented description (PAIR-BACKLOG-005).", UpdatesExisting),
     client_mutant("mutant-paired-mirrors-to-backlog", "Copies every message the healthy primary took to a backlog queue (PAIR-FAIL-001).", MirrorsToBacklog),
     client_mutant("mutant-paired-timeout-not-counted", "A timeout does not start the failover timer (PAIR-FAIL-002).", failover_class=TimeoutNotCounted),
     client_mutant("mutant-paired-every-failure-counts", "Transient and client errors start the failover timer (PAIR-FAIL-003).", failover_class=EveryFailureCounts),
     client_mutant("mutant-paired-failover-at-next-send", "Fails over only when a send finds the interval over (PAIR-FAIL-004).", failover_class=EngagesAtNextSend),
+    client_mutant("mutant-paired-engaging-send-fails", "The send that engages the failover fails to its caller (PAIR-FAIL-004).", failover_class=EngagingSendFails),
     client_mutant("mutant-paired-success-keeps-timer", "A successful send does not stop the failover timer (PAIR-FAIL-004).", failover_class=SuccessKeepsTimer),
     client_mutant("mutant-paired-namespace-wide-failover", "One entity failing over fails them all over (PAIR-FAIL-005).", failover_class=NamespaceWideFailover),
     client_mutant("mutant-paired-tries-primary-first", "After failover still tries the primary first (PAIR-FAIL-006).", failover_class=TriesPrimaryFirst),
     client_mutant("mutant-paired-ping-task-starts-late", "Starts the ping task 2 seconds after the failover (PAIR-FAIL-006).", failover_class=PingTaskStartsLate),
     client_mutant("mutant-paired-failed-over-dropped", "Acknowledges failed-over sends without storing them (PAIR-ROUTE-001).", DropsFailedOver),
+    client_mutant("mutant-paired-backlog-failure-not-retried", "Fails the message whose backlog queue failed (PAIR-ROUTE-002).", failover_class=BacklogFailureNotRetried),
     client_mutant("mutant-paired-queue-skipped-not-pulled", "Skips a failing backlog queue for one message only (PAIR-ROUTE-002).", failover_class=SkipsForOneMessage),
     client_mutant("mutant-paired-no-queue-left-quiet", "Reports a send with no backlog queue left as sent (PAIR-ROUTE-003).", NoQueueLeftQuiet),
     client_mutant("mutant-paired-failover-per-client", "Fails an entity over for one client only (PAIR-ROUTE-004).", FailoverPerClient),
@@ -583,12 +648,15 @@ PAIRED_CLIENT_MUTANTS = [
     client_mutant("mutant-paired-oversize-pulls-queue", "Pulls a backlog queue too small for a message from the rotation (PAIR-SIZE-001).", failover_class=OversizePullsQueue),
     client_mutant("mutant-paired-ping-lives-long", "Pings with a minute to live (PAIR-PING-001).", failover_class=PingLivesLong),
     client_mutant("mutant-paired-pings-at-failover", "Sends the first ping at the failover (PAIR-PING-003).", failover_class=PingsAtFailover),
+    client_mutant("mutant-paired-one-pinger-per-entity", "Pings an entity from one factory of the process only (PAIR-PING-003).", failover_class=OnePingerPerEntity),
     client_mutant("mutant-paired-ping-interval-ignored", "Pings once a minute whatever the interval (PAIR-PING-003).", failover_class=PingIntervalIgnored),
+    client_mutant("mutant-paired-pings-healthy-entities", "Pings every entity it sends to (PAIR-PING-005).", failover_class=PingsHealthyEntities),
     client_mutant("mutant-paired-fails-back-for-new-clients", "After a ping succeeds, clients that used the backlog keep using it (PAIR-PING-004).", failover_class=FailsBackForNewClients),
     client_mutant("mutant-paired-pings-never-stop", "Goes on pinging an entity that is available again (PAIR-PING-005).", failover_class=PingsNeverStop),
     client_mutant("mutant-paired-drains-on-fail-back", "Without the syphon, moves the backlog when a ping succeeds (PAIR-SYPH-001).", DrainsOnFailBack),
     client_mutant("mutant-paired-syphon-loses-refused", "The syphon completes a message its destination refused (PAIR-SYPH-002).", LosesRefused),
     client_mutant("mutant-paired-syphon-one-batch-per-poll", "The syphon takes one batch per long poll (PAIR-SYPH-002).", OneBatchPerPoll),
+    client_mutant("mutant-paired-syphon-head-of-line", "The syphon stops at the first refused message of a batch (PAIR-SYPH-002).", HeadOfLineBlocking),
     client_mutant("mutant-paired-syphon-no-translation", "The syphon forwards the backlog copy untranslated (PAIR-SYPH-003).", syphon_class=NoTranslationBack),
     client_mutant("mutant-paired-syphon-short-poll", "The syphon's long polls last 5 minutes (PAIR-SYPH-004).", syphon_class=ShortPoll),
     client_mutant("mutant-paired-no-grace", "Faults the partner at once (PAIR-CLOSE-001).", pair_class=NoGrace),
