@@ -202,7 +202,7 @@ def test_an_idle_parquet_recording_closes_its_part_without_traffic(tmp_path):
     try:
         proxy.loop.call_soon_threadsafe(_sends, proxy.sink, 4)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and (proxy.sink.writer is not None or not proxy.sink.files):
+        while time.monotonic() < deadline and not (proxy.sink.files and proxy.sink.files[0].exists()):
             time.sleep(0.05)
         assert [e["pos"] for e in read_events(proxy.sink.files[0])] == [0, 1, 2, 3]
     finally:
@@ -236,3 +236,29 @@ def test_replay_refuses_an_event_of_another_trace_as_convert_and_diff_do(tmp_pat
     rows[9]["trace"] = "u"
     line = one_error(capsys, ["replay", "--local", str(jsonl(tmp_path / "t.jsonl", rows))])
     assert "t.jsonl:11: field 'trace' is 'u', the header's trace is 't'" in line, line
+
+
+# ------------------------------------------------------------------ the recorder's clock
+
+
+def test_the_recorder_s_event_times_do_not_follow_the_wall_clock_s_steps(tmp_path, monkeypatch):
+    """Event times were ms of time.time since the start: the wall clock stepped by NTP (or by
+    hand) between a receive and its complete moved the complete past the lock's expiry (a false
+    SETTLE-LOCK-008) or, stepped back, let a redelivery look like a double delivery. They are
+    measured on the monotonic clock; the wall clock gives the start's epoch only."""
+    import time
+
+    from sbconform.proxy.sink import TraceSink
+    from sbconform.trace.io import read_events
+
+    steady, wall = [500.0], [1_800_000_000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: steady[0])
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    sink = TraceSink(tmp_path, "clock")
+    steady[0], wall[0] = 500.25, 1_800_003_600.0  # the wall clock stepped an hour forward
+    sink.write("c1", 0, "peek", "invoke", entity="q", args={})
+    steady[0], wall[0] = 500.5, 1_700_000_000.0  # and far back
+    sink.write("c1", 0, "peek", "ok", entity="q")
+    sink.close()
+    assert [e["time"] for e in read_events(sink.files[0])] == [250, 500]
+    assert sink.epoch_ms() == 1_800_000_000_000

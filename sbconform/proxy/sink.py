@@ -116,7 +116,7 @@ PART_SECONDS = 60.0
 
 class TraceSink:
     def __init__(self, out: str | Path, trace: str | None = None, fmt: str = "jsonl", rotate_bytes: int = 256 * 1024 * 1024,
-                 on_error: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
+                 on_error: Callable[[str], None] | None = None, clock: Callable[[], float] | None = None,
                  part_seconds: float = PART_SECONDS, **meta: Any) -> None:
         if fmt not in ("jsonl", "parquet"):
             raise ValueError(f"unknown trace format {fmt!r} (jsonl or parquet)")
@@ -125,12 +125,16 @@ class TraceSink:
             raise ValueError(problem)
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.started = clock()
-        self.clock = clock
-        self.trace = trace or "record-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.started))
+        # event times: ms on a clock that never steps (time.monotonic), since the start; the wall
+        # clock, which NTP or a person may step between a receive and its complete (a false lock
+        # expiry, a false double delivery), gives the start's epoch only
+        self.clock = clock or time.monotonic
+        self.started = self.clock()
+        self.wall_started = time.time() if clock is None else self.started
+        self.trace = trace or "record-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.wall_started))
         self.fmt = fmt
         self.rotate_bytes = max(1, rotate_bytes)
-        self.meta = {"recorder": "sbconform record", "epoch_ms": int(self.started * 1000), **meta}
+        self.meta = {"recorder": "sbconform record", "epoch_ms": int(self.wall_started * 1000), **meta}
         self.on_error = on_error or (lambda text: print(f"sbconform record: {text}", file=sys.stderr))
         self.pos = 0
         self.next_op = 0
@@ -149,7 +153,7 @@ class TraceSink:
         return int((self.clock() - self.started) * 1000)
 
     def epoch_ms(self) -> int:
-        return int(self.started * 1000)
+        return int(self.wall_started * 1000)
 
     def op(self) -> int:
         self.next_op += 1
@@ -261,7 +265,9 @@ class TraceSink:
 
     def _close_writer(self) -> None:
         """Close the open file (a Parquet part renamed to its name once whole)."""
-        writer, self.writer = self.writer, None
-        writer.close()
-        if self.writing != self.files[-1]:
-            os.replace(self.writing, self.files[-1])
+        try:
+            self.writer.close()
+            if self.writing != self.files[-1]:
+                os.replace(self.writing, self.files[-1])
+        finally:
+            self.writer = None
