@@ -29,13 +29,17 @@ Feature: Closing and faulting the paired factories
 
   @PAIR-CLOSE-002
   Scenario Outline: The syphon faults the partner still open 5 seconds later
-    Given factory "S" paired with 1 backlog queue, running the syphon
+    Given a queue "q"
+    And factory "S" paired with 1 backlog queue, running the syphon
     When the <first> factory of "S" <ends>
     And the pairing runs for 4 seconds
     Then the <second> factory of "S" is open
     When the pairing runs for 1 second
     Then the <second> factory of "S" is faulted
     And the <first> factory of "S" is <ended>
+    When factory "S" sends "m1" to "q"
+    Then the operation fails with "invalid-operation"
+    And peeking "q" shows nothing
 
     Examples:
       | first     | ends   | ended   | second    |
