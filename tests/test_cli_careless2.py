@@ -193,3 +193,9 @@ def test_compare_says_when_one_report_is_given_twice(tmp_path, capsys) -> None:
     assert main(["compare", str(reports), str(tmp_path / "copy.json")]) == 0
     captured = capsys.readouterr()
     assert "mine #2" in captured.out and captured.err == ""
+
+
+def test_serve_a_frame_size_below_amqps_minimum_names_the_flag(capsys) -> None:
+    # it said "max_frame_size: AMQP allows no less than 512 bytes", the field, not the flag typed
+    line = one_error(capsys, ["serve", "--port", "0", "--max-frame-size", "100"])
+    assert "--max-frame-size" in line and "512" in line, line

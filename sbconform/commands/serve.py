@@ -13,7 +13,8 @@ from ..argtypes import AMQP_MILLIS_MAX_SECONDS, port, port_or_none, seconds, who
 SECONDS = seconds(AMQP_MILLIS_MAX_SECONDS)
 COUNT = whole(1)
 CREDIT = whole(1, 2**31 - 1, " (proton's link credit is a signed 32-bit number)")
-FRAME_SIZE = whole(1, 2**32 - 1, " (max-frame-size is an AMQP uint)")
+#: AMQP 1.0 part 2, 2.7.1: MIN-MAX-FRAME-SIZE is 512 (sbconform/server/limits.py checks it again)
+FRAME_SIZE = whole(512, 2**32 - 1, " (max-frame-size is an AMQP uint)")
 
 #: a Config.json lists a namespace's entities (kilobytes); past this it is not one, and is not read
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
