@@ -122,3 +122,29 @@ test("forwarding and nested names round-trip; an update takes effect over AMQP",
   await admin.deleteQueue("f-source");
   await admin.deleteQueue("f/target");
 });
+
+test("rules over AMQP (the rule manager): every kind listed as the client decodes them, and in the REST API", async () => {
+  await admin.createTopic("rm-t");
+  await admin.createSubscription("rm-t", "s");
+  const client = new ServiceBusClient(process.env.SB_CONNECTION_STRING);
+  try {
+    const rules = client.createRuleManager("rm-t", "s");
+    await rules.createRule("sql", { sqlExpression: "n > 3" }, { sqlExpression: "SET a = 'y'" });
+    await rules.createRule("corr", { correlationId: "c", subject: "s", applicationProperties: { k: "v", b: true } });
+    await rules.createRule("never", { sqlExpression: "1=0" });
+    const listed = [];
+    for await (const rule of rules.listRules()) listed.push(rule);
+    assert.deepEqual(listed.map((r) => r.name), ["$Default", "sql", "corr", "never"]);
+    assert.deepEqual(listed.map((r) => r.filter.sqlExpression), ["1=1", "n > 3", undefined, "1=0"]);
+    assert.equal(listed[1].action.sqlExpression, "SET a = 'y'");
+    assert.deepEqual([listed[2].filter.correlationId, listed[2].filter.subject], ["c", "s"]);
+    assert.deepEqual(listed[2].filter.applicationProperties, { k: "v", b: true });
+    await rules.deleteRule("never");
+    const viaRest = [];
+    for await (const rule of admin.listRules("rm-t", "s")) viaRest.push(rule.name);
+    assert.deepEqual(viaRest, ["$Default", "sql", "corr"]);
+  } finally {
+    await client.close();
+  }
+  await admin.deleteTopic("rm-t");
+});

@@ -6,8 +6,8 @@
   ``com.microsoft:remove-rule`` (``rule-name``) and ``com.microsoft:enumerate-rules`` (``top``,
   ``skip``; the answer's ``rules`` is a list of maps whose ``rule-description`` is the described
   list 0x0000013700000004 ``[filter, action, name]``, the filter one of the described lists
-  sql-filter 0x...06, true-filter 0x...07, false-filter 0x...08, correlation-filter 0x...09, the
-  action empty-rule-action 0x...05 or sql-rule-action 0x...06). The server side (``rule_operation``)
+  sql-filter 0x000001370000006, true-filter ...07, false-filter ...08, correlation-filter ...09 (one
+  digit fewer), the action empty-rule-action 0x0000013700000005 or sql-rule-action 0x0000013700000006). The server side (``rule_operation``)
   and the client side the SDK target uses (``add_rule_body``, ``rule_from_description``) are here,
   so the two agree by construction and are tested against each other through the SDK.
 - Config.json in the schema of Microsoft's emulator: ``Subscriptions[].Rules[]`` with ``Name`` and
@@ -24,13 +24,21 @@ from typing import Any
 
 from sbreference import CorrelationFilter, ErrorCode, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
 
+#: The descriptor codes as Service Bus and its clients write them. The filters' have one digit
+#: fewer than the rule description's and the actions' (0x1370000006, not 0x13700000006): Microsoft's
+#: table (service-bus-amqp-request-response, "Enumerate rules": ``com.microsoft:sql-filter:list``
+#: 0x000001370000006 ...), .NET ``AmqpSqlFilterCodec.Code = 0x000001370000006``, Java
+#: ``ManagementConstants.SQL_FILTER_DESCRIPTOR`` (0x000001370000006L beside SQL_RULE_ACTION_DESCRIPTOR
+#: 0x0000013700000006L), the JavaScript SDK's ``descriptorCodes`` (sqlFilterList 83483426822). With
+#: the action's code for every filter, the JavaScript SDK's listRules threw "Found unexpected descriptor
+#: code for the filter" on the first rule, and this module's client side failed on Service Bus's own.
 RULE_DESCRIPTION = 0x0000013700000004
 EMPTY_RULE_ACTION = 0x0000013700000005
-SQL_FILTER = 0x0000013700000006
 SQL_RULE_ACTION = 0x0000013700000006
-TRUE_FILTER = 0x0000013700000007
-FALSE_FILTER = 0x0000013700000008
-CORRELATION_FILTER = 0x0000013700000009
+SQL_FILTER = 0x000001370000006
+TRUE_FILTER = 0x000001370000007
+FALSE_FILTER = 0x000001370000008
+CORRELATION_FILTER = 0x000001370000009
 
 #: correlation-filter map keys (AMQP) and list order, with the CorrelationFilter field each is
 _CORRELATION_KEYS = (
