@@ -116,6 +116,16 @@ def translate(error: BaseException) -> ServiceBusError:
             value = getattr(condition, "value", condition)
             text = value.decode() if isinstance(value, bytes) else str(value)
             code = _code_of_condition(text)
+            if text not in _CONDITION_CODES and (
+                    isinstance(error, (x.ServiceBusConnectionError, x.ServiceBusCommunicationError))
+                    or getattr(error, "_retryable", False)):
+                # a condition the codec does not know (amqp:internal-error, amqp:unknown-error): the
+                # SDK's own verdict decides. It raises a connection error, or retries it (7.7.0: "make
+                # AMQP exceptions retryable by default, if condition is not non-retryable, to ensure
+                # that InternalServerErrors are retried",
+                # https://newreleases.io/project/github/Azure/azure-sdk-for-python/release/azure-servicebus_7.7.0):
+                # a lost connection, transient, not a refusal
+                code = ErrorCode.CONNECTION_LOST
         elif isinstance(error, (x.ServiceBusConnectionError, x.ServiceBusCommunicationError)):
             code = ErrorCode.CONNECTION_LOST
         elif isinstance(error, (ValueError, TypeError)):

@@ -1,0 +1,123 @@
+"""Audit of the target adapters (sbconform/targets/*): what a target reports must be what the broker
+said. Each test names the false verdict it guards against."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+pytest.importorskip("azure.servicebus", reason="the sdk extra (azure-servicebus) is not installed")
+
+from sbreference import ErrorCode, ServiceBusError  # noqa: E402
+from sbreference.clock import MINUTE, SECOND, TIMESPAN_MAX  # noqa: E402
+
+LOG = logging.getLogger("test_targets_audit")
+
+
+def _sdk_error(amqp_error):
+    """The exception the SDK raises for an AMQP error (its own translation, pyamqp transport)."""
+    from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+
+    return PyamqpTransport.create_servicebus_exception(LOG, amqp_error)
+
+
+@pytest.mark.parametrize("condition", [b"amqp:internal-error", b"amqp:unknown-error"])
+def test_a_connection_error_the_sdk_raises_is_a_lost_connection_whatever_its_condition(condition) -> None:
+    """A connection closed with a condition the codec does not know (Azure closes with
+    amqp:internal-error) is, for the SDK, a ServiceBusConnectionError it retries; the target
+    called it an invalid operation (not transient), a false verdict on any scenario that
+    tells a connection loss from a refusal."""
+    from azure.servicebus._pyamqp.error import AMQPConnectionError
+    from azure.servicebus.exceptions import ServiceBusConnectionError
+
+    from sbconform.targets.sdk_support import translate
+
+    error = _sdk_error(AMQPConnectionError(condition, description="the service was unable to process the request"))
+    assert isinstance(error, ServiceBusConnectionError)
+    out = translate(error)
+    assert out.code is ErrorCode.CONNECTION_LOST and out.transient is True
+    assert out.condition == condition.decode()
+
+
+def test_an_unknown_condition_the_sdk_retries_is_transient_and_one_it_does_not_is_a_refusal() -> None:
+    from azure.servicebus._pyamqp.error import AMQPLinkError
+
+    from sbconform.targets.sdk_support import translate
+
+    internal = translate(_sdk_error(AMQPLinkError(b"amqp:internal-error", description="retry")))
+    assert internal.code is ErrorCode.CONNECTION_LOST and internal.transient is True
+    refused = translate(_sdk_error(AMQPLinkError(b"com.microsoft:precondition-failed", description="no")))
+    assert refused.code is ErrorCode.INVALID_OPERATION and refused.transient is False
+    # the codec's own conditions keep their codes
+    assert translate(_sdk_error(AMQPLinkError(b"amqp:not-allowed", description="no"))).code is ErrorCode.INVALID_OPERATION
+    assert translate(_sdk_error(AMQPLinkError(b"com.microsoft:server-busy", description="busy"))).code is ErrorCode.SERVER_BUSY
+
+
+class _HttpResponseError(Exception):
+    """Named as azure.core's (translation goes by class name), with its status code."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"Operation returned an invalid status code {status}")
+        self.status_code = status
+
+
+_HttpResponseError.__name__ = "HttpResponseError"
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 504])
+def test_a_throttled_or_failing_management_call_is_transient_not_an_argument_error(status) -> None:
+    """Azure's management REST API answers 429 when throttled and 5xx when it fails: both ask for a
+    retry. The admin provisioner called them argument errors (any HttpResponseError)."""
+    from sbconform.targets.azure_admin import _translate
+
+    out = _translate(_HttpResponseError(status))
+    assert out.code is ErrorCode.SERVER_BUSY and out.transient is True
+    assert _translate(_HttpResponseError(400)).code is ErrorCode.ARGUMENT_ERROR
+
+
+# ------------------------------------------------ control=admin against sbconform serve's REST API
+@pytest.fixture(scope="module")
+def admin():
+    """The admin provisioner (what a real Azure namespace gets: control=admin) with the SDK's
+    ServiceBusAdministrationClient against sbconform serve's management REST API."""
+    from sbconform.targets.sdk import SdkTarget, parse_connection_string
+    from sbconform.targets.serve_process import shared_server
+
+    server = shared_server()
+    provisioner = SdkTarget(serve=True)._rest_admin(parse_connection_string(server.connection_string), server.http_port)
+    yield provisioner
+    provisioner.close()
+
+
+def _name() -> str:
+    return "audit-" + uuid.uuid4().hex[:8]
+
+
+def test_an_update_back_to_never_reaches_the_entity(admin) -> None:
+    """``update`` with a duration of "never" (TIMESPAN_MAX) was left out of the request, as on a
+    create where "never" is Azure's default: the entity kept its finite TTL and auto-delete."""
+    name = _name()
+    admin.call("create-queue", name=name, properties={"default_message_time_to_live": 5 * SECOND, "auto_delete_on_idle": 10 * MINUTE})
+    admin.call("update", path=name, properties={"default_message_time_to_live": TIMESPAN_MAX, "auto_delete_on_idle": TIMESPAN_MAX})
+    described = admin.call("describe", path=name)
+    assert described["default_message_time_to_live"] == TIMESPAN_MAX
+    assert described["auto_delete_on_idle"] == TIMESPAN_MAX
+    admin.call("delete", path=name)
+
+
+def test_forwarding_is_described_as_the_path_it_was_asked_with(admin) -> None:
+    """The administration client sends ForwardTo as a full address (sb://<namespace>/<path>) and
+    reads it back so: described through control=admin, forward_to was 'sb://host/dest' where the
+    model (and the scenario) has 'dest'."""
+    dest, source = _name(), _name()
+    admin.call("create-queue", name=dest, properties={})
+    admin.call("create-queue", name=source, properties={"forward_to": dest, "forward_dead_lettered_messages_to": dest})
+    described = admin.call("describe", path=source)
+    assert described["forward_to"] == dest
+    assert described["forward_dead_lettered_messages_to"] == dest
+    admin.call("update", path=source, properties={"lock_duration": 5 * SECOND})  # the rest is sent back unchanged
+    assert admin.call("describe", path=source)["forward_to"] == dest
+    for path in (source, dest):
+        admin.call("delete", path=path)
