@@ -146,18 +146,19 @@ def _sweep_session(session: str) -> None:
 
 def _certify(target, report_dir, options, connection_string, expectations, hypothesis_profile, pytest_args, clauses,
              trace_dir, jobs, shard_timeout, junit_xml, html, progress, out) -> int:
-    connection_string = connection_string or os.environ.get(CONNECTION_STRING_ENV) or None
+    if not connection_string and target == "sdk" and not _serves(options):
+        connection_string = os.environ.get(CONNECTION_STRING_ENV)  # a default: for the one target that takes one, unless
+    connection_string = connection_string or None  # it starts its own server (the others refused it, never given)
     report_dir = Path(report_dir).absolute()  # the test processes run in the kit's root, not the caller's directory
     expected, _ = _validate(target, report_dir, options, connection_string, expectations, clauses, jobs)
-    problem = output_problem(report_dir, junit_xml, html, trace_dir, expectations)  # said now, not after the run
-    if problem:
+    if problem := output_problem(report_dir, junit_xml, html, trace_dir, expectations):  # said now, not after the run
         raise CertifyError(problem)
     catalog = load_catalog()
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CertifyError(f"--report-dir {report_dir}: cannot create it: {error.strerror}") from None
-    if (busy := lock_report_dir(report_dir)) is not None:  # before the first writes: two runs clobbered each other
+    if busy := lock_report_dir(report_dir):  # before the first writes: two runs clobbered each other
         raise CertifyError(busy)
     raw_path = report_dir / "results.json"
     try:  # the first writes, before anything runs: a directory certify cannot write in is the user's to fix
@@ -166,10 +167,9 @@ def _certify(target, report_dir, options, connection_string, expectations, hypot
             stale.unlink(missing_ok=True)  # this run's log, read as this run's verdict if this one writes none
     except OSError as error:
         raise CertifyError(f"--report-dir {report_dir}: cannot write in it: {error.strerror}") from None
-    for flag, named in (("--junit-xml", junit_xml), ("--html", html)):
+    for flag, named in ((f, n) for f, n in (("--junit-xml", junit_xml), ("--html", html)) if n is not None):
         try:
-            if named is not None:
-                Path(named).unlink(missing_ok=True)
+            Path(named).unlink(missing_ok=True)
         except OSError as error:
             raise CertifyError(f"{flag} {named}: cannot replace it: {error.strerror}") from None
     root = kit_root()
@@ -477,6 +477,16 @@ class _Run:
         live.show(line, force=True)
         if final:
             live.finish(keep=True)
+
+
+def _serves(options: Sequence[str]) -> bool:
+    """Does ``--option serve=...`` ask the sdk target to start its own server?"""
+    from .targets import boolean_option
+
+    try:
+        return any(o.partition("=")[0].strip() == "serve" and boolean_option("serve", o.partition("=")[2]) for o in options)
+    except ValueError:
+        return False  # the target's own check says what is wrong with it
 
 
 def _options_only(args: list[str], root: Path) -> list[str]:

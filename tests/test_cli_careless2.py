@@ -26,13 +26,17 @@ from test_cli_careless import one_error
 
 @pytest.fixture
 def no_test_run(monkeypatch):
-    """The child test processes are never started: a run that gets that far breaks at once."""
+    """The child test processes are never started: a run that gets that far breaks at once.
+    Yields the runs made (their commands and environments)."""
+    runs: list[_Run] = []
 
     def execute(self, jobs, timeout):
+        runs.append(self)
         self.broke = "the test run broke (replaced by the test)"
         return None
 
     monkeypatch.setattr(_Run, "execute", execute)
+    yield runs
 
 
 @pytest.mark.parametrize("pattern", ["", " ", ",", " , "])
@@ -199,3 +203,35 @@ def test_serve_a_frame_size_below_amqps_minimum_names_the_flag(capsys) -> None:
     # it said "max_frame_size: AMQP allows no less than 512 bytes", the field, not the flag typed
     line = one_error(capsys, ["serve", "--port", "0", "--max-frame-size", "100"])
     assert "--max-frame-size" in line and "512" in line, line
+
+
+SERVE_STRING = "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+
+
+@pytest.mark.parametrize("argv", [["--target", "reference"], ["--target", "sdk", "--option", "serve=true"],
+                                  ["--target", "sdk", "--option", "serve=Yes"]])
+def test_an_exported_connection_string_does_not_stop_a_target_that_needs_none(tmp_path, capsys, monkeypatch, no_test_run,
+                                                                              argv) -> None:
+    # README: export $SBCONFORM_CONNECTION_STRING rather than type it; the same shell's
+    # `sbconform certify --target reference` (README's first command) then said "the reference target
+    # takes no options ['connection_string']", an option the user never gave
+    from sbconform.secrets import ENV
+
+    monkeypatch.setenv(ENV, SERVE_STRING)
+    assert main(["certify", *argv, "--clause", "SETTLE-COMP-001", "--jobs", "1", "--report-dir", str(tmp_path / "r")]) == 2
+    assert "replaced by the test" in capsys.readouterr().err  # it got as far as running
+    [run] = no_test_run
+    assert ENV not in run.env  # the test processes do not see it either
+
+
+def test_a_connection_string_given_to_a_target_that_takes_none_is_still_refused(tmp_path, capsys, no_test_run) -> None:
+    line = one_error(capsys, ["certify", "--connection-string", SERVE_STRING, "--report-dir", str(tmp_path / "r")])
+    assert "connection_string" in line and "SAS_KEY_VALUE" not in line, line
+
+
+def test_an_exported_connection_string_is_the_sdk_targets_namespace(tmp_path, capsys, monkeypatch, no_test_run) -> None:
+    from sbconform.secrets import ENV
+
+    monkeypatch.setenv(ENV, "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;UseDevelopmentEmulator=true;")
+    line = one_error(capsys, ["certify", "--target", "sdk", "--report-dir", str(tmp_path / "r")])
+    assert "nothing listens on 127.0.0.1:1" in line, line  # preflight of the exported namespace
