@@ -49,10 +49,17 @@ FIELDS = {
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 
 
-def admin_arguments(kind: str, properties: dict[str, Any]) -> dict[str, Any]:
+#: "never" (.NET TimeSpan.MaxValue, 10675199.02:48:05.4775807) as the administration client writes a
+#: duration: whole microseconds, so 0.7 µs short of it; read back it is TIMESPAN_MAX again (``description_of``)
+NEVER = dt.timedelta(days=10675199, hours=2, minutes=48, seconds=5, microseconds=477580)
+
+
+def admin_arguments(kind: str, properties: dict[str, Any], update: bool = False) -> dict[str, Any]:
     """EntityDescription fields as the administration client's keyword arguments for ``kind``.
 
-    A field the kind does not take is an argument error naming it, never silently dropped."""
+    A field the kind does not take is an argument error naming it, never silently dropped. On a
+    create, "never" and the default message size are left to Azure's defaults; an ``update``
+    sends them, since the entity may have another value now."""
     unknown = sorted(set(properties) - FIELDS[kind])
     if unknown:
         raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"a {kind} on Azure takes no {', '.join(unknown)}")
@@ -60,10 +67,12 @@ def admin_arguments(kind: str, properties: dict[str, Any]) -> dict[str, Any]:
     for name, value in properties.items():
         if name in DURATIONS:
             if value is None or int(value) >= TIMESPAN_MAX:
+                if update:
+                    out[name] = NEVER
                 continue  # "never": Azure's default (TimeSpan.MaxValue)
             out[name] = dt.timedelta(milliseconds=int(value))
         elif name == "max_message_size":
-            if int(value) != DEFAULT_MAX_MESSAGE_SIZE:
+            if update or int(value) != DEFAULT_MAX_MESSAGE_SIZE:
                 out["max_message_size_in_kilobytes"] = -(-int(value) // 1024)
         else:
             out[name] = value
@@ -83,8 +92,21 @@ def description_of(kind: str, props: Any) -> dict[str, Any]:
             value = str(getattr(value, "value", value) or "Active")
         if name in DURATIONS:
             value = TIMESPAN_MAX if value is None else min(TIMESPAN_MAX, round(value.total_seconds() * 1000))
+        if name in ("forward_to", "forward_dead_lettered_messages_to") and value:
+            value = entity_path_of(value)
         out[name] = value
     return out
+
+
+def entity_path_of(address: str) -> str:
+    """A forwarding destination as the entity path it was asked with: the administration client sends
+    (and Service Bus gives back) a full address, ``sb://<namespace>/<path>``
+    (``management/_utils._normalize_entity_path_to_full_path_if_needed``); the model and the
+    scenarios name the path."""
+    import urllib.parse
+
+    parsed = urllib.parse.urlparse(address)
+    return parsed.path.lstrip("/") if parsed.netloc else address
 
 
 def split_path(path: str) -> tuple[str, str, str | None]:
@@ -174,7 +196,7 @@ class AdminProvisioner:
 
     def _update(self, path: str, properties: dict[str, Any]) -> dict:
         kind, props = self._get(path)
-        for name, value in admin_arguments(kind, properties).items():
+        for name, value in admin_arguments(kind, properties, update=True).items():
             setattr(props, name, value)
         getattr(self.client, f"update_{kind}")(props)
         return {}
@@ -283,6 +305,11 @@ def _translate(error: Exception) -> ServiceBusError:
         return ServiceBusError(ErrorCode.QUOTA_EXCEEDED, str(error).splitlines()[0][:500], transient=False)
     if status == 503:  # "Service unavailable" (an entity or partition down): transient
         return ServiceBusError(ErrorCode.ENTITY_UNAVAILABLE, str(error).splitlines()[0][:500], transient=True)
+    if status in (408, 429, 500, 502, 504):
+        # throttled (429) or failed on the service's side: what azure-core's own RetryPolicy retries
+        # (azure/core/pipeline/policies/_retry.py: 408, 429, 500, 502, 503, 504), not a bad argument
+        code = ErrorCode.TIMEOUT if status == 408 else ErrorCode.SERVER_BUSY
+        return ServiceBusError(code, str(error).splitlines()[0][:500], transient=True)
     for cls in type(error).__mro__:
         if cls.__name__ in _ERRORS:
             return ServiceBusError(_ERRORS[cls.__name__], str(error).splitlines()[0][:500] if str(error) else cls.__name__)
