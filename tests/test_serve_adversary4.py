@@ -242,3 +242,31 @@ def test_a_duration_too_large_for_any_number_is_a_400_not_a_500(broker, element:
     assert element in ET.fromstring(answer).find("Detail").text or "duration" in ET.fromstring(answer).find("Detail").text
     assert not exists(http, "huge-duration")
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+# ------------------------------------------------------ REST: authorization
+def test_a_token_for_one_entity_cannot_reach_another_through_the_host_header(broker, admin) -> None:
+    """The audience a request must be covered by was built from its Host header and path: a token
+    for 'q1' alone (an entity-scoped SAS, what the SDKs put on $cbs) with ``Host: localhost:port/q1``
+    covered 'localhost:port/q1/other', and the request acted on 'other': read, deleted or created
+    any entity. A Host header is a host and a port, nothing else."""
+    from sbconform.amqp.sas import make_token
+
+    from serve_support import KEY, KEY_NAME
+
+    _, http = broker
+    admin.create_queue("scoped")
+    admin.create_queue("victim")
+    host = f"localhost:{http.port}"
+    token = make_token(f"sb://{host}/scoped", KEY_NAME, KEY)
+    status, _ = raw(http, "GET", "/scoped?api-version=2021-05", token=token)
+    assert status == 200  # the token is good for its own entity
+    for method, path, body in (("DELETE", "/victim", b""), ("GET", "/victim", b""), ("PUT", "/planted", ENTRY % b"")):
+        status, _ = raw(http, method, f"{path}?api-version=2021-05", body=body, token=token, headers={"Host": f"{host}/scoped"})
+        assert status in (400, 401), (method, path, status)
+    for path in ("/scoped/../victim", "/scoped%2F..%2Fvictim", "/scoped/%2e%2e/victim"):  # (and no dot segments)
+        status, _ = raw(http, "DELETE", f"{path}?api-version=2021-05", token=token)
+        assert status in (400, 401, 404), (path, status)
+    assert exists(http, "victim") and not exists(http, "planted")
+    admin.delete_queue("victim")
+    admin.delete_queue("scoped")

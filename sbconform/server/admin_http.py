@@ -226,6 +226,10 @@ class AdminHttp:
             raise HttpError(400, "the request's path holds a control character")
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         host = headers.get("Host") or f"localhost:{self.port}"
+        if not _HOST.match(host) or not target.startswith("/"):
+            # the audience a token must cover is built from the host and the path: a Host of
+            # 'localhost:5300/q1' let a token for q1 alone reach every entity ('q1/other')
+            raise HttpError(400, f"the Host header '{host[:80]}' is not a host and port")
         token = headers.get("Authorization") or ""
         try:
             check_token(token, f"sb://{host}/{path}", self.server.keys)
@@ -304,6 +308,9 @@ class AdminHttp:
             return 201, rule_entry_xml(self.call(lambda: self.api.create_rule(sub_path, rule)), host)
         raise HttpError(405, f"{method} is not supported on a rule")
 
+
+#: a Host header: a name or an IPv4 address, or an IPv6 address in brackets, and an optional port (RFC 9110 7.2)
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
 #: an entity name: letters, digits, periods, hyphens and underscores, starting and ending with a
 #: letter or digit (service-bus-quotas / "Create queue": names up to 260 characters, subscriptions 50)
