@@ -121,3 +121,20 @@ def test_forwarding_is_described_as_the_path_it_was_asked_with(admin) -> None:
     assert admin.call("describe", path=source)["forward_to"] == dest
     for path in (source, dest):
         admin.call("delete", path=path)
+
+
+def test_a_topic_this_provisioner_did_not_create_can_be_described_and_deleted(admin) -> None:
+    """The provisioner tells a queue from a topic by asking for a queue first; for a topic the SDK's
+    get_queue fails with AttributeError, not ResourceNotFoundError, so a topic created elsewhere
+    (another target, the control node, a previous run's leftover) could be neither described nor
+    deleted: a connection-lost error."""
+    from sbconform.targets.azure_admin import AdminProvisioner
+
+    name = _name()
+    admin.call("create-topic", name=name, properties={"max_size_in_megabytes": 2048})
+    other = AdminProvisioner("", client=admin.client)  # knows nothing of what `admin` made
+    assert other.call("describe", path=name)["max_size_in_megabytes"] == 2048
+    other.call("delete", path=name)
+    with pytest.raises(ServiceBusError) as gone:
+        other.call("describe", path=name)
+    assert gone.value.code is ErrorCode.ENTITY_NOT_FOUND
