@@ -97,7 +97,8 @@ def _validate(target: str, report_dir: Path, options: Sequence[str], connection_
     if jobs < 1:
         raise CertifyError(f"--jobs {jobs}: must be at least 1")
     if expectations is not None and not Path(expectations).is_file():
-        raise CertifyError(f"--expectations {expectations}: {'a directory' if Path(expectations).is_dir() else 'no such file'}")
+        raise CertifyError(f"--expectations {expectations}: " + ("a directory" if Path(expectations).is_dir() else "not a regular "
+                           "file" if Path(expectations).exists() else "no such file"))
     try:
         expected = load_expectations(expectations)
     except ValueError as error:
@@ -137,7 +138,6 @@ def _validate(target: str, report_dir: Path, options: Sequence[str], connection_
 def _sweep_session(session: str) -> None:
     try:
         from .containers import sweep
-
         sweep(session=session)
     except Exception as error:  # never hides the report; says what may be left
         print(f"sbconform certify: could not remove the containers of session {session}: {error} "

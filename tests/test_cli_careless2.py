@@ -235,3 +235,10 @@ def test_an_exported_connection_string_is_the_sdk_targets_namespace(tmp_path, ca
     monkeypatch.setenv(ENV, "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;UseDevelopmentEmulator=true;")
     line = one_error(capsys, ["certify", "--target", "sdk", "--report-dir", str(tmp_path / "r")])
     assert "nothing listens on 127.0.0.1:1" in line, line  # preflight of the exported namespace
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/zero"])
+def test_an_expectations_file_that_is_a_device_is_not_called_missing(tmp_path, capsys, device) -> None:
+    # "--expectations /dev/null: no such file": it is there, it is just not a file of expectations
+    line = one_error(capsys, ["certify", "--expectations", device, "--report-dir", str(tmp_path / "r")])
+    assert device in line and "no such file" not in line and "not a regular file" in line, line
