@@ -270,3 +270,33 @@ def test_a_token_for_one_entity_cannot_reach_another_through_the_host_header(bro
     assert exists(http, "victim") and not exists(http, "planted")
     admin.delete_queue("victim")
     admin.delete_queue("scoped")
+
+
+def test_forwarding_into_an_entity_needs_a_token_for_it(broker, admin) -> None:
+    """A token for 'fsrc' alone created 'fsrc' forwarding to 'fvictim' (or its dead letters there): its
+    holder then sent into an entity it had no token for. Both SDKs send a token for the destination in
+    ``ServiceBusSupplementaryAuthorization`` (``ServiceBusDlqSupplementaryAuthorization``): "forward_to
+    requires providing a bearer token in headers for the referenced entity" (azure-servicebus
+    ``_create_forward_to_header_tokens``). The destination must be covered by it or by the request's own."""
+    from sbconform.amqp.sas import make_token
+
+    from serve_support import KEY, KEY_NAME
+
+    _, http = broker
+    admin.create_queue("fvictim")
+    host = f"localhost:{http.port}"
+    token = make_token(f"sb://{host}/fsrc", KEY_NAME, KEY)
+    for element, header in (("ForwardTo", "ServiceBusSupplementaryAuthorization"),
+                            ("ForwardDeadLetteredMessagesTo", "ServiceBusDlqSupplementaryAuthorization")):
+        body = ENTRY % f"<{element}>sb://{host}/fvictim</{element}>".encode()
+        status, _ = raw(http, "PUT", "/fsrc?api-version=2021-05", body=body, token=token)
+        assert status == 401, element
+        assert not exists(http, "fsrc")
+        wrong = make_token(f"sb://{host}/elsewhere", KEY_NAME, KEY)
+        status, _ = raw(http, "PUT", "/fsrc?api-version=2021-05", body=body, token=token, headers={header: wrong})
+        assert status == 401 and not exists(http, "fsrc"), element
+        supplementary = make_token(f"sb://{host}/fvictim", KEY_NAME, KEY)
+        status, _ = raw(http, "PUT", "/fsrc?api-version=2021-05", body=body, token=token, headers={header: supplementary})
+        assert status == 201, element
+        admin.delete_queue("fsrc")
+    admin.delete_queue("fvictim")

@@ -279,11 +279,32 @@ class AdminHttp:
             _check_names(entity, subscription)
             kind = "subscription" if subscription is not None else _put_kind(body)
             props, extras = parse_description(body, kind, lambda text: _entity_of(text, host))
+            self._check_forwarding(props, headers, host)
             if (headers.get("If-Match") or "").strip():
                 return 200, entry_xml(self.call(lambda: self.api.update(entity_path, kind, props, extras)), host)
             default_rule = parse_default_rule(body) if kind == "subscription" else None
             return 201, entry_xml(self.call(lambda: self.api.create(entity_path, kind, props, extras, default_rule)), host)
         raise HttpError(405, f"{method} is not supported on '/{path}'")
+
+    def _check_forwarding(self, props: dict[str, Any], headers: Any, host: str) -> None:
+        """Forwarding sends into the destination: its path must be covered by the request's token or by
+        the one the SDKs send for it, ``ServiceBusSupplementaryAuthorization`` (dead letters:
+        ``ServiceBusDlqSupplementaryAuthorization``; azure-servicebus ``_create_forward_to_header_tokens``:
+        "forward_to requires providing a bearer token in headers for the referenced entity"). A token
+        for the source alone made forwarding into any entity, sending where it had no right to."""
+        for field, header in (("forward_to", "ServiceBusSupplementaryAuthorization"),
+                              ("forward_dead_lettered_messages_to", "ServiceBusDlqSupplementaryAuthorization")):
+            destination = props.get(field)
+            if not destination:
+                continue
+            for token in (headers.get("Authorization") or "", headers.get(header) or ""):
+                try:
+                    check_token(token, f"sb://{host}/{destination}", self.server.keys)
+                    break
+                except TokenError:
+                    continue
+            else:
+                raise HttpError(401, f"Unauthorized: forwarding to '{destination[:80]}' needs a token for it ({header})")
 
     def _rules(self, method: str, sub_path: str, name: str | None, path: str, skip: int, top: int, headers: Any, body: bytes,
                host: str) -> tuple[int, bytes]:
