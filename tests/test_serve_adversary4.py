@@ -300,3 +300,17 @@ def test_forwarding_into_an_entity_needs_a_token_for_it(broker, admin) -> None:
         assert status == 201, element
         admin.delete_queue("fsrc")
     admin.delete_queue("fvictim")
+
+
+@pytest.mark.parametrize("path", ["/$Resources/Queues", "/$Resources/Topics", "/adv4-t/Subscriptions", "/adv4-t/Subscriptions/s/Rules"])
+def test_a_page_of_none_links_to_no_next_page(broker, admin, path: str) -> None:
+    """``$top=0`` answered an empty page whose ``next`` link was the same request ($skip+0): a client
+    following next links (both SDKs page while a feed has one) asked for it forever."""
+    _, http = broker
+    if not exists(http, "adv4-t"):
+        admin.create_topic("adv4-t")
+        admin.create_subscription("adv4-t", "s")
+    status, body = raw(http, "GET", f"{path}?$top=0&api-version=2021-05")
+    assert status == 200
+    links = [e.attrib.get("rel") for e in ET.fromstring(body).iter("{http://www.w3.org/2005/Atom}link")]
+    assert "next" not in links

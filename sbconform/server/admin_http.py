@@ -253,7 +253,7 @@ class AdminHttp:
         if method == "GET" and len(parts) == 2 and lower[0] == "$resources" and lower[1] in ("queues", "topics"):
             kind = lower[1][:-1]
             items = self.call(lambda: self.api.list(kind, skip, top + 1))
-            return 200, feed_xml(parts[1], items[:top], host, path, skip, top, len(items) > top)
+            return 200, feed_xml(parts[1], items[:top], host, path, skip, top, top > 0 and len(items) > top)
         if not parts or any(not p for p in parts) or parts[0].startswith("$"):
             raise HttpError(400, f"'/{path}' names no queue, topic or subscription")
         # A queue's or topic's name may hold slashes (a/b/c); "Subscriptions" after it names its subscriptions
@@ -264,7 +264,7 @@ class AdminHttp:
                                path, skip, top, headers, body, host)
         if cut < len(parts) and not rest and method == "GET":
             items = self.call(lambda: self.api.list("subscription", skip, top + 1, topic=entity))
-            return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, len(items) > top)
+            return 200, feed_xml("Subscriptions", items[:top], host, path, skip, top, top > 0 and len(items) > top)
         if cut < len(parts) and len(rest) != 1:
             raise HttpError(400, f"'/{path}' names no queue, topic or subscription")
         subscription = rest[0] if rest else None
@@ -316,7 +316,7 @@ class AdminHttp:
             if method != "GET":
                 raise HttpError(405, f"{method} is not supported on a subscription's rules")
             items = self.call(lambda: self.api.rules(sub_path, skip, top + 1))
-            return 200, rule_feed_xml(items[:top], host, path, skip, top, len(items) > top)
+            return 200, rule_feed_xml(items[:top], host, path, skip, top, top > 0 and len(items) > top)
         if method == "GET":
             return 200, rule_entry_xml(self.call(lambda: self.api.rule(sub_path, name)), host)
         if method == "DELETE":
