@@ -262,3 +262,18 @@ def test_the_recorder_s_event_times_do_not_follow_the_wall_clock_s_steps(tmp_pat
     sink.close()
     assert [e["time"] for e in read_events(sink.files[0])] == [250, 500]
     assert sink.epoch_ms() == 1_800_000_000_000
+
+
+@pytest.mark.parametrize("command", ["replay", "convert", "diff"])
+def test_a_parquet_file_holding_another_trace_s_events_is_refused(tmp_path, capsys, command):
+    """Rows of two recordings in one Parquet file (written by another tool: header 't', some
+    rows of trace 'u'): every command read them as one trace, where a JSON Lines file is refused.
+    Found from the file's statistics (its footer): nothing more is read."""
+    rows = overlapping_receives()
+    for r in rows[5:]:
+        r["trace"] = "u"
+    trace = parquet(tmp_path / "t.parquet", rows)
+    argv = {"replay": ["replay", "--local", str(trace)], "convert": ["convert", str(trace), str(tmp_path / "t.jsonl")],
+            "diff": ["diff", str(trace), str(trace)]}[command]
+    line = one_error(capsys, argv)
+    assert "t.parquet: field 'trace' holds 'u', the header's trace is 't'" in line, line

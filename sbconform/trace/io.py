@@ -363,6 +363,30 @@ def _check_schema(schema: Any, where: str) -> None:
         raise TraceFormatError(f"{where}: unknown column(s) {sorted(extra)}")
 
 
+def check_trace_ids(file: Any, where: str) -> None:
+    """Rows of another trace than the header's (two recordings in one file): TraceFormatError.
+    Told by each row group's statistics; one whose statistics differ (or are cut short, as some
+    writers cut long strings) has its ``trace`` column read to be sure."""
+    schema = file.schema_arrow
+    metadata = schema.metadata or {}
+    raw = metadata.get(META_KEY) or metadata.get(OLD_META_KEY)
+    if raw is None or "trace" not in schema.names:
+        return
+    try:
+        trace = json.loads(raw).get("trace")
+    except (ValueError, AttributeError):  # said where the header is read (parquet_header)
+        return
+    column = schema.get_field_index("trace")
+    for group in range(file.metadata.num_row_groups):
+        stats = file.metadata.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max or stats.min == trace == stats.max:
+            continue
+        others = sorted(set(file.read_row_group(group, columns=["trace"]).column(0).to_pylist()) - {trace, None})
+        if others:
+            raise TraceFormatError(f"{where}: field 'trace' holds {others[0]!r}, the header's trace is {trace!r}: "
+                                   f"events of two traces in one file")
+
+
 def _check_batch(batch: Any, where: str, first_row: int) -> None:
     """Vectorised ``check_event`` for a batch whose schema is right: required fields set,
     phase and op in the vocabulary, args/result JSON objects. Names the first bad row."""
@@ -401,6 +425,7 @@ def read_parquet(path: str | os.PathLike, batch_size: int = 65_536, columns: lis
     except Exception as error:
         raise TraceFormatError(f"{where}: not a readable Parquet file ({_first_line(error)})") from None
     _check_schema(file.schema_arrow, where)
+    check_trace_ids(file, where)
     row = 0
     for batch in corrupt_parquet_batches(file.iter_batches(batch_size=batch_size, columns=columns), where):
         if columns is None:

@@ -280,7 +280,7 @@ def validate_batch(batch, where: str) -> None:
 
 
 def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
-    from .io import _check_schema, corrupt_parquet_batches, parquet_file
+    from .io import _check_schema, check_trace_ids, corrupt_parquet_batches, parquet_file
 
     source = _open(path) if "://" in path else path
     try:
@@ -290,6 +290,7 @@ def _parquet_batches(path: str, batch_size: int = 65_536) -> Iterator:
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         raise TraceFormatError(f"{path}: not a readable Parquet file ({str(error).splitlines()[0][:200]})") from None
     _check_schema(schema, path)  # columns of the format's types, as read_parquet (convert, diff) checks them
+    check_trace_ids(pf, path)  # one trace: from the footer's statistics
     # the trace id (the same on every row) and the error texts are not read by the checker: not decoded
     columns = [n for n in FIELD_NAMES if n in pf.schema_arrow.names and n not in UNREAD]
     for batch in corrupt_parquet_batches(pf.iter_batches(batch_size=batch_size, columns=columns), path):
