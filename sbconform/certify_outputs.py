@@ -6,6 +6,7 @@ it and exits 2, with no report, never found after a run of many minutes); the ru
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from contextvars import ContextVar
 from pathlib import Path
@@ -66,6 +67,23 @@ def secrets_of(connection_string: str | None, options: Sequence[str]) -> tuple[s
     return tuple(s for s in (key_of(connection_string), *(key_of(o) for o in options)) if s)
 
 
+#: what XML 1.0 cannot hold (control characters but tab and line ends, U+FFFE, U+FFFF) and UTF-8 cannot
+#: encode (lone surrogates)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(value: Any) -> Any:
+    """Every text of a report with those characters written as escapes (``\\x00``, ``\\ud800``): a
+    broker's error text in a reason made the JUnit file unparseable and report.md unwritable."""
+    if isinstance(value, str):
+        return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], value)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
+
+
 def write_outputs(report: dict[str, Any], catalog: Any, report_dir: Path, junit_xml: Path | str | None,
                   html: Path | str | None, secrets: tuple[str, ...] = ()) -> list[Path]:
     """report.json, report.md, and the --junit-xml and --html files asked for, from one report
@@ -73,7 +91,7 @@ def write_outputs(report: dict[str, Any], catalog: Any, report_dir: Path, junit_
     from .report import write_html, write_report
     from .secrets import mask_value
 
-    report = mask_value(report, secrets)
+    report = printable(mask_value(report, secrets))
     written = list(write_report(report, catalog, report_dir))
     if junit_xml:
         written.append(write_junit(report, Path(junit_xml)))

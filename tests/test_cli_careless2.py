@@ -242,3 +242,29 @@ def test_an_expectations_file_that_is_a_device_is_not_called_missing(tmp_path, c
     # "--expectations /dev/null: no such file": it is there, it is just not a file of expectations
     line = one_error(capsys, ["certify", "--expectations", device, "--report-dir", str(tmp_path / "r")])
     assert device in line and "no such file" not in line and "not a regular file" in line, line
+
+
+def test_a_reason_holding_control_characters_leaves_every_report_file_readable(tmp_path) -> None:
+    # a broker's error text (a NUL, an ANSI colour, a lone surrogate) in a failure reason: the JUnit
+    # file was not well-formed XML (a CI system read no result at all) and report.md was not written
+    # (UnicodeEncodeError, a traceback after the whole run)
+    import xml.etree.ElementTree as ET
+
+    from sbspec import load_catalog
+
+    from sbconform.certify_outputs import write_outputs
+    from sbconform.report import build_report
+
+    catalog = load_catalog()
+    meta = Meta(title="t", clauses=["SETTLE-COMP-001"], needs=[], kind="scenario", uses_target=True)
+    raw = {"target": {"name": "mine"}, "finished": "now", "exitstatus": 1, "selection": ["SETTLE-COMP-001"],
+           "tests": [make_result("t::a", meta, "call", "fail", "the broker said \x00\x1b[31mno\ud800\uffff")]}
+    report = build_report(raw, catalog)
+    write_outputs(report, catalog, tmp_path / "r", tmp_path / "j.xml", tmp_path / "r.html")
+    [failure] = ET.parse(tmp_path / "j.xml").getroot().iter("failure")
+    escaped = "the broker said \\x00\\x1b[31mno\\ud800\\uffff"
+    assert escaped in failure.text
+    assert json.loads((tmp_path / "r" / "report.json").read_text(encoding="utf-8"))["clauses"]["SETTLE-COMP-001"]["reason"] \
+        == f"t: {escaped}"
+    assert escaped in (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert escaped in (tmp_path / "r.html").read_text(encoding="utf-8")
