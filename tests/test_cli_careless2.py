@@ -268,3 +268,15 @@ def test_a_reason_holding_control_characters_leaves_every_report_file_readable(t
         == f"t: {escaped}"
     assert escaped in (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
     assert escaped in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("out", ["stdout", "--out", "--html"])
+def test_compare_a_report_holding_a_lone_surrogate_is_shown_not_a_traceback(tmp_path, capsys, out) -> None:
+    # JSON may carry "\ud800"; compare's markdown and HTML could not be written (UnicodeEncodeError)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"target": {"name": "mine\ud800"}, "summary": {"pass": 0, "fail": 1, "verdict": "FAILED\x00"},
+                                "clauses": {"SETTLE-SEND-001": {"status": "fail", "level": "MUST", "reason": "x"}}}))
+    argv = ["compare", str(path)] + ([] if out == "stdout" else [out, str(tmp_path / "c.out")])
+    assert main(argv) == 0
+    written = capsys.readouterr().out if out == "stdout" else (tmp_path / "c.out").read_text(encoding="utf-8")
+    assert "mine\\ud800" in written

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..certify_outputs import printable
 from ..report import STATUSES
 
 #: a full certification's report.json is well under 1 MB; past this it is not one (and is not read)
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         except RecursionError:
             print(f"sbconform compare: {path}: JSON nested too deeply for a report.json", file=sys.stderr)
             return 2
+        data = printable(data)  # "\ud800" in JSON: text no file or terminal can be written in
         problem = report_problem(data)
         if problem:
             print(f"sbconform compare: {path}: not an sbconform report.json ({problem})", file=sys.stderr)
