@@ -86,6 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "sbconform"
     protocol_version = "HTTP/1.1"
     timeout = 30  # a client that stops sending mid-request is dropped
+    #: TCP_NODELAY: the headers and the body are two writes, and Nagle held the body back until the client's
+    #: delayed ACK of the headers (40 ms on Linux): every request took 50 ms instead of a few
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         super().setup()
