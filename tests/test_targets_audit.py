@@ -138,3 +138,35 @@ def test_a_topic_this_provisioner_did_not_create_can_be_described_and_deleted(ad
     with pytest.raises(ServiceBusError) as gone:
         other.call("describe", path=name)
     assert gone.value.code is ErrorCode.ENTITY_NOT_FOUND
+
+
+class _Recorder:
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.calls: list = []
+        self.fail_on = fail_on
+
+    def call(self, operation: str, **body):
+        self.calls.append((operation, body.get("path")))
+        if body.get("path") == self.fail_on:
+            raise OSError("the control connection is gone")  # proton's errors are not ServiceBusErrors
+        return {}
+
+    def close(self) -> None:
+        self.calls.append(("close", None))
+
+
+def test_closing_the_sdk_target_deletes_every_entity_and_closes_everything_though_one_delete_fails() -> None:
+    """A delete that failed with anything but a ServiceBusError (the control node's connection gone)
+    ended close(): the entities after it were left for the next test to see, the SDK client and the
+    control connection stayed open, and a pairing's lock on the secondary was never released (the
+    next pairing on it waits)."""
+    from sbconform.targets.sdk import SdkTarget
+
+    target = SdkTarget(serve=True)
+    control, client, lock = _Recorder(fail_on="b"), _Recorder(), _Recorder()
+    target._opened, target.control, target.client, target.pairing_lock = True, control, client, lock
+    target.created = ["a", "b", "c"]
+    target.close()
+    assert [path for op, path in control.calls if op == "delete"] == ["c", "b", "a"]
+    assert ("close", None) in control.calls and client.calls == [("close", None)] and lock.calls == [("close", None)]
+    assert target.control is None and target.pairing_lock is None

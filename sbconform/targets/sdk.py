@@ -237,20 +237,22 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
             except Exception:
                 pass
         self.handles.clear()
-        if self.control is not None:
-            for path in reversed(self.created):
-                try:
-                    self.control.call("delete", path=path)
-                except ServiceBusError:
-                    pass
-            self.control.close()
-            self.control = None
-        if self.client is not None:
-            self.client.close()
-        if self._low_level is not None:
-            self._low_level.close()
-            self._low_level = None
-        self.release_pairing()  # after its backlog queues are deleted: the next pairing finds none
+        try:
+            if self.control is not None:
+                for path in reversed(self.created):
+                    try:
+                        self.control.call("delete", path=path)
+                    except Exception:  # gone already, or the control connection is: the others still go
+                        pass
+                self.control.close()
+                self.control = None
+            if self.client is not None:
+                self.client.close()
+            if self._low_level is not None:
+                self._low_level.close()
+                self._low_level = None
+        finally:
+            self.release_pairing()  # after its backlog queues are deleted: the next pairing finds none
 
     def release_pairing(self) -> None:
         """Let the next pairing on this secondary namespace begin (paired_sdk.hold_backlog_paths)."""
