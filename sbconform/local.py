@@ -119,11 +119,18 @@ class _KitControls:
 class LocalServiceBus(_KitControls):
     """``sbconform serve`` for one test, one module or one session of an application's tests."""
 
-    def __init__(self, config: str | os.PathLike | dict | None = None, *, host: str = "127.0.0.1") -> None:
+    def __init__(self, config: str | os.PathLike | dict | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 http_port: int = 0) -> None:
+        """``port`` and ``http_port``: 0 (the default) picks free ones; 5672 and 5300 are the emulator's,
+        for an application whose connection string names them."""
         if config is not None and not isinstance(config, (str, os.PathLike, dict)):
             raise TypeError(f"config: a Config.json path or a dict in its schema, not {type(config).__name__}")
+        for name, value in (("port", port), ("http_port", http_port)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                raise ValueError(f"{name}: a port number from 0 (any free port) to 65535, not {value!r}")
         self.config = config
         self.host = host
+        self.asked = (port, http_port)
         self.port: int | None = None
         self.http_port: int | None = None
         self.connection_string: str | None = None
@@ -137,7 +144,8 @@ class LocalServiceBus(_KitControls):
     def start(self) -> "LocalServiceBus":
         if self._process is not None:
             raise LocalServiceBusError("this LocalServiceBus is already started (one server per instance)")
-        args = [sys.executable, "-c", _WATCHED, "serve", "--host", self.host, "--port", "0", "--http-port", "0"]
+        args = [sys.executable, "-c", _WATCHED, "serve", "--host", self.host, "--port", str(self.asked[0]),
+                "--http-port", str(self.asked[1])]
         config, self._folder = _config_file(self.config)
         if config is not None:
             args += ["--config", os.fspath(config)]

@@ -185,3 +185,22 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has stopped
     except FileNotFoundError:
         return False
+
+
+def test_the_ports_an_application_names_are_used_and_a_taken_one_is_one_line() -> None:
+    import socket
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    amqp, http = free(), free()
+    with LocalServiceBus(port=amqp, http_port=http) as bus:
+        assert (bus.port, bus.http_port) == (amqp, http)
+        assert f"sb://localhost:{amqp};" in bus.connection_string and f"sb://localhost:{http};" in bus.admin_connection_string
+        with pytest.raises(LocalServiceBusError, match=rf"^cannot listen on 127\.0\.0\.1:{amqp}: "):
+            LocalServiceBus(port=amqp).start()
+    for wrong in (-1, 65536, "5672", True):
+        with pytest.raises(ValueError, match="port: a port number"):
+            LocalServiceBus(port=wrong)  # type: ignore[arg-type]
