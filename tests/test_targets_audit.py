@@ -170,3 +170,31 @@ def test_closing_the_sdk_target_deletes_every_entity_and_closes_everything_thoug
     assert [path for op, path in control.calls if op == "delete"] == ["c", "b", "a"]
     assert ("close", None) in control.calls and client.calls == [("close", None)] and lock.calls == [("close", None)]
     assert target.control is None and target.pairing_lock is None
+
+
+def test_the_admin_description_is_the_whole_description_as_the_control_node_gives_it(admin) -> None:
+    """describe_entity through control=admin (a secondary namespace on Azure: paired_sdk) gave only the
+    fields the administration client has for the kind: the paired step 'backlog queue i has these
+    properties, and the QueueDescription defaults for all others' compares every EntityDescription
+    field, and read None for a queue's support_ordering and dead_lettering_on_filter_evaluation_exceptions."""
+    from sbconform.targets.sdk import ControlClient
+    from sbconform.targets.serve_process import shared_server
+
+    server = shared_server()
+    from sbconform.targets.sdk import parse_connection_string
+
+    parts = parse_connection_string(server.connection_string)
+    host_port = parts["endpoint"].split("://", 1)[-1].strip("/")
+    node = ControlClient("127.0.0.1", int(host_port.rpartition(":")[2]), parts["sharedaccesskeyname"], parts["sharedaccesskey"])
+    try:
+        queue, topic = _name(), _name()
+        admin.call("create-queue", name=queue, properties={"lock_duration": 5 * SECOND, "max_delivery_count": 3})
+        admin.call("create-topic", name=topic, properties={})
+        sub = admin.call("create-subscription", topic=topic, name="s", properties={"requires_session": True})["path"]
+        for path in (queue, topic, sub):
+            assert admin.call("describe", path=path) == dict(node.call("describe", path=path)), path
+        for path in (queue, topic):
+            admin.call("delete", path=path)
+    finally:
+        node.close()
+

@@ -79,9 +79,17 @@ def admin_arguments(kind: str, properties: dict[str, Any], update: bool = False)
     return out
 
 
-def description_of(kind: str, props: Any) -> dict[str, Any]:
-    """An administration client ``*Properties`` object as EntityDescription fields."""
-    out: dict[str, Any] = {}
+def description_of(kind: str, props: Any, whole: bool = True) -> dict[str, Any]:
+    """An administration client ``*Properties`` object as EntityDescription fields: every field, as
+    the control node describes an entity (the model's whole description); a field the kind has no
+    property for on Azure (a queue's support_ordering, say) keeps the EntityDescription default,
+    which nothing can change there (``admin_arguments`` refuses it). ``whole=False``: the kind's own
+    fields only (``describe-own``: what the REST API says, over the control node's answer)."""
+    import dataclasses
+
+    from sbreference import EntityDescription
+
+    out: dict[str, Any] = {f.name: getattr(EntityDescription(), f.name) for f in dataclasses.fields(EntityDescription)} if whole else {}
     for name in FIELDS[kind]:
         if name == "max_message_size":
             kb = getattr(props, "max_message_size_in_kilobytes", None)
@@ -196,6 +204,10 @@ class AdminProvisioner:
     def _describe(self, path: str) -> dict[str, Any]:
         kind, props = self._get(path)
         return description_of(kind, props)
+
+    def _describe_own(self, path: str) -> dict[str, Any]:
+        kind, props = self._get(path)
+        return description_of(kind, props, whole=False)
 
     def _update(self, path: str, properties: dict[str, Any]) -> dict:
         kind, props = self._get(path)

@@ -73,7 +73,7 @@ class RestProvisioner:
         if operation == "describe":
             # what the REST API describes, over the control node's (which also has the
             # properties the REST API does not carry): a REST answer that disagrees wins, and shows
-            return {**self.node.call("describe", **body), **self.admin.call("describe", **body)}
+            return {**self.node.call("describe", **body), **self.admin.call("describe-own", **body)}
         if operation == "runtime-info":
             node = self.node.call("runtime-info", **body)
             try:
