@@ -138,7 +138,7 @@ def test_a_remote_file_system_that_does_not_answer_is_refused_in_bounded_time(mo
     for minutes (over 2 minutes here) looking for _layout.json, Spark not even started."""
     import time
 
-    from sbconform.trace import replay as replay_module
+    from sbconform.trace import layout as replay_module
 
     def stuck(uri):  # FileSystem.from_uri or open_input_file retrying (pyarrow's types cannot be patched)
         time.sleep(30)
@@ -277,3 +277,28 @@ def test_a_parquet_file_holding_another_trace_s_events_is_refused(tmp_path, caps
             "diff": ["diff", str(trace), str(trace)]}[command]
     line = one_error(capsys, argv)
     assert "t.parquet: field 'trace' holds 'u', the header's trace is 't'" in line, line
+
+
+# ------------------------------------------------------------------ a hostile _layout.json
+
+
+@pytest.mark.parametrize("layout, says", [
+    ("{bad", "not JSON"),
+    ('{"layout": "by-piece"}', "'files'"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"files": "ok.parquet"}', "'files'"),
+    ('{"files": [3]}', "'files'"),
+    ('{"files": ["missing.parquet"]}', "missing.parquet"),
+    ('{"files": ["../outside.parquet"]}', "outside"),
+    ('{"files": ["/etc/passwd"]}', "/etc/passwd"),
+])
+def test_a_bad_layout_file_is_one_line_not_a_traceback_read_as_a_violation(tmp_path, capsys, layout, says):
+    """A damaged or hand-edited _layout.json: a JSONDecodeError, KeyError or TypeError traceback,
+    exit 1 (the code for 'a violation found'); a file listed outside the directory was read."""
+    root = tmp_path / "trace"
+    root.mkdir()
+    parquet(root / "ok.parquet", overlapping_receives())
+    parquet(tmp_path / "outside.parquet", overlapping_receives())
+    (root / "_layout.json").write_text(layout)
+    line = one_error(capsys, ["replay", "--local", str(root)])
+    assert "_layout.json" in line and says in line, line

@@ -31,6 +31,7 @@ from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_va
 from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, POS, piece_key
 from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of, trace_files  # noqa: F401 (PARQUET_SUFFIXES importable)
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
+from .layout import REMOTE_TIMEOUT, _open, _remote_layout, checked_layout  # noqa: F401 (importable from here)
 from .search import PieceChecker
 
 # ------------------------------------------------------------------ batches and results
@@ -176,43 +177,6 @@ def _is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def _open(path: str):
-    """A readable file for a local path or any URI pyarrow's file systems know (hdfs://,
-    s3://, gs://, ...)."""
-    if "://" not in path:
-        return open(path, "rb")
-    from pyarrow import fs
-
-    filesystem, inner = fs.FileSystem.from_uri(path)
-    return filesystem.open_input_file(inner)
-
-
-#: seconds a remote file system may take to say whether ``_layout.json`` is there: without
-#: network or credentials pyarrow's (GCS, S3) retry for minutes before Spark even starts
-REMOTE_TIMEOUT = 20.0
-
-
-def _remote_layout(root: str) -> dict | None:
-    import threading
-
-    found: list = []
-
-    def look() -> None:
-        try:
-            with _open(root.rstrip("/") + "/_layout.json") as f:
-                found.append(json.loads(f.read()))
-        except Exception:  # no layout file, or a file system pyarrow cannot open: Spark reads it
-            found.append(None)
-
-    looking = threading.Thread(target=look, name="sbconform-remote-layout", daemon=True)
-    looking.start()
-    looking.join(REMOTE_TIMEOUT)
-    if not found:  # still waiting (the thread is left to its retries: a daemon, it ends with the process)
-        raise TraceFormatError(f"{root}: its file system did not answer in {REMOTE_TIMEOUT:g} s (looking for "
-                               f"_layout.json): no network, or no credentials?; no verdict")
-    return found[0]
-
-
 def is_jsonl(path: str) -> bool:
     """A JSON Lines file (else Parquet), by its suffix as ``io.kind_of`` tells them apart."""
     return Path(path).suffix in JSONL_SUFFIXES
@@ -233,8 +197,12 @@ def locate(paths: list[str]) -> dict[str, Any]:
                 "max_file_bytes": 0}
     if len(paths) == 1 and Path(paths[0]).is_dir() and (Path(paths[0]) / "_layout.json").exists():
         root = Path(paths[0])
-        layout = json.loads((root / "_layout.json").read_text())
+        where = str(root / "_layout.json")
+        layout = checked_layout((root / "_layout.json").read_bytes(), where)
         files = [str(root / f) for f in layout["files"]]
+        missing = next((f for f in layout["files"] if not (root / f).is_file()), None)
+        if missing is not None:
+            raise TraceFormatError(f"{where}: lists {missing!r}, which is not in {root}")
         return {"layout": "by-piece", "files": files, "format": "parquet", "max_file_bytes": layout.get("max_file_bytes", 0),
                 "buckets": layout.get("buckets")}
     files: list[str] = []
