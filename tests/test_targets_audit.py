@@ -198,3 +198,39 @@ def test_the_admin_description_is_the_whole_description_as_the_control_node_give
     finally:
         node.close()
 
+
+
+def test_preflight_of_an_emulator_connection_string_without_a_control_node_is_one_line(monkeypatch) -> None:
+    """--target sdk with control=auto on a UseDevelopmentEmulator=true endpoint that has no $sbconform
+    node (Microsoft's emulator) passed preflight; the target then kept its entity-management
+    capability with nothing to manage entities through, and every scenario that creates an entity
+    failed with 'this endpoint cannot be managed' (false failures). Preflight now says so in one line."""
+    import socket
+    import threading
+
+    from sbconform.targets import preflight
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+
+    def refuse() -> None:  # a broker that takes the connection and has nothing to say to it
+        for _ in range(4):
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    monkeypatch.setattr(preflight, "_authenticate", lambda *a, **k: None)  # as the emulator: the key is right
+    text = f"Endpoint=sb://localhost:{port};SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+    try:
+        with pytest.raises(preflight.PreflightError) as caught:
+            preflight.check_connection_string(text, "auto", timeout=5)
+        message = str(caught.value)
+        assert "\n" not in message and "$sbconform" in message and "--target emulator" in message and "control=none" in message
+        preflight.check_connection_string(text, "none", timeout=5)  # entities from its config: nothing to ask for
+    finally:
+        listener.close()

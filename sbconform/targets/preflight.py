@@ -131,8 +131,11 @@ def check_connection_string(connection_string: str, control: str = "auto", timeo
     _authenticate(p, connect_host, timeout)
     if control == "admin" or (control == "auto" and not p["emulator"]):
         _check_admin(connection_string, endpoint)
-    elif control == "amqp":
-        _check_control_node(p, connect_host, timeout)
+    elif control == "amqp" or (control == "auto" and p["emulator"]):
+        # auto on a local endpoint means the $sbconform node (sdk.SdkTarget.open): without one the
+        # target would declare entity management it cannot do, and every scenario creating an
+        # entity would fail instead of being skipped
+        _check_control_node(p, connect_host, timeout, auto=control == "auto")
 
 
 def _authenticate(p: dict[str, Any], host: str, timeout: float) -> None:
@@ -173,18 +176,25 @@ def _authenticate(p: dict[str, Any], host: str, timeout: float) -> None:
                              f"{mask(str(answer.get('status-description', '')))}")
 
 
-def _check_control_node(p: dict[str, Any], host: str, timeout: float) -> None:
+def _check_control_node(p: dict[str, Any], host: str, timeout: float, auto: bool = False) -> None:
     from .sdk import ControlClient
+
+    def refused(what: str, error: BaseException) -> PreflightError:
+        if auto:
+            return PreflightError(
+                f"{p['endpoint']} has no $sbconform control node to create the entities scenarios need "
+                f"(control=auto; {_one_line(error)}): for Microsoft's emulator use --target emulator, for a broker "
+                "whose entities come from its config --option control=none")
+        return PreflightError(f"{what}: {_one_line(error)}")
 
     try:
         client = ControlClient(host, p["port"], p["key_name"], p["key"])
     except Exception as error:
-        raise PreflightError(f"cannot reach the $sbconform control node of {p['endpoint']}: {_one_line(error)}") from None
+        raise refused(f"cannot reach the $sbconform control node of {p['endpoint']}", error) from None
     try:
         client.call("now")
     except Exception as error:
-        raise PreflightError(f"{p['endpoint']} refused management (control=amqp: the $sbconform node): "
-                             f"{_one_line(error)}") from None
+        raise refused(f"{p['endpoint']} refused management (control=amqp: the $sbconform node)", error) from None
     finally:
         client.close()
 
