@@ -302,3 +302,16 @@ def test_a_bad_layout_file_is_one_line_not_a_traceback_read_as_a_violation(tmp_p
     (root / "_layout.json").write_text(layout)
     line = one_error(capsys, ["replay", "--local", str(root)])
     assert "_layout.json" in line and says in line, line
+
+
+def test_an_unforeseen_failure_while_reading_the_inputs_is_no_verdict_never_exit_1(tmp_path, capsys, monkeypatch):
+    """Exit 1 means 'a violation found': a failure in the checks before the replay (as the bad
+    _layout.json above made) went out as a traceback with exit 1."""
+    from sbconform.trace import replay as replay_module
+
+    def broken(paths):
+        raise KeyError("files")
+
+    monkeypatch.setattr(replay_module, "locate", broken)
+    line = one_error(capsys, ["replay", "--local", str(parquet(tmp_path / "t.parquet", overlapping_receives()))])
+    assert line.startswith("sbconform replay: ") and "no verdict" in line and "KeyError" in line, line

@@ -171,6 +171,10 @@ def run(args: argparse.Namespace) -> int:
         problem = preflight(args.paths, args.out, args.local)
     except (TraceFormatError, FileNotFoundError) as error:
         problem = str(error)
+    except RecursionError:
+        problem = f"{' '.join(args.paths)}: JSON nested too deeply for a trace; no verdict"
+    except Exception as error:  # never a traceback: its exit 1 would read as 'a violation found'
+        problem = f"cannot read the inputs, no verdict: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
     if problem:
         print(f"sbconform replay: {problem}", file=sys.stderr)
         return 2
