@@ -268,6 +268,11 @@ def test_a_token_for_one_entity_cannot_reach_another_through_the_host_header(bro
         status, _ = raw(http, "DELETE", f"{path}?api-version=2021-05", token=token)
         assert status in (400, 401, 404), (path, status)
     assert exists(http, "victim") and not exists(http, "planted")
+    for name in ("sb_emulator", "[::1]", "example.com."):  # a container's name, an IPv6 address, a full stop: hosts all
+        other = f"{name}:{http.port}"
+        status, _ = raw(http, "GET", "/victim?api-version=2021-05", token=make_token(f"sb://{other}/victim", KEY_NAME, KEY),
+                        headers={"Host": other})
+        assert status == 200, other
     admin.delete_queue("victim")
     admin.delete_queue("scoped")
 

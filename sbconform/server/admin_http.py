@@ -333,8 +333,9 @@ class AdminHttp:
         raise HttpError(405, f"{method} is not supported on a rule")
 
 
-#: a Host header: a name or an IPv4 address, or an IPv6 address in brackets, and an optional port (RFC 9110 7.2)
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+#: a Host header: a name (letters, digits, '.', '-', '_': a container's name may hold one) or an IPv4 address,
+#: or an IPv6 address in brackets, and an optional port (RFC 9110 7.2); never a '/', '@', '?' or '#'
+_HOST = re.compile(r"^(?:[A-Za-z0-9_](?:[A-Za-z0-9._-]*)|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
 #: an entity name: letters, digits, periods, hyphens and underscores, starting and ending with a
 #: letter or digit (service-bus-quotas / "Create queue": names up to 260 characters, subscriptions 50)
