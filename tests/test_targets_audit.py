@@ -234,3 +234,41 @@ def test_preflight_of_an_emulator_connection_string_without_a_control_node_is_on
         preflight.check_connection_string(text, "none", timeout=5)  # entities from its config: nothing to ask for
     finally:
         listener.close()
+
+
+def test_a_pairing_on_a_secondary_given_by_connection_string_starts_without_a_dead_runs_backlog_queues() -> None:
+    """Backlog queues live at fixed paths (PAIR-BACKLOG-001) and are deleted when the secondary's
+    target closes; a run killed before that left them (with their messages) on a secondary given
+    by connection string, and the next pairing found them, left them as they were
+    (PAIR-BACKLOG-003) and syphoned the dead run's messages. Once the pairing holds the lock on
+    those paths no live pairing uses them: what is there is a dead run's, and goes."""
+    from sbreference import Message
+    from sbreference.paired.backlog import backlog_path
+
+    from sbconform.targets.sdk import SdkTarget
+    from sbconform.targets.serve_process import shared_server
+
+    cs = shared_server().connection_string
+    dead = SdkTarget(connection_string=cs, control="amqp")
+    dead.open()
+    leftovers = [backlog_path("localhost", i) for i in (0, 1, 2)]
+    for path in leftovers:
+        dead._control().call("create-queue", name=path, properties={})
+    sender = dead.sender(leftovers[0])
+    dead.send(sender, [Message(body=b"from a dead run")])
+    dead.close_handle(sender)
+    dead.control.close()  # killed: nothing deleted
+    dead.control, dead.created = None, []
+    dead.close()
+
+    primary = SdkTarget(connection_string=cs, control="amqp", secondary=cs)
+    primary.open()
+    secondary = primary.paired_namespace()
+    try:
+        for path in leftovers:
+            with pytest.raises(ServiceBusError) as gone:
+                secondary.entity_counts(path)
+            assert gone.value.code is ErrorCode.ENTITY_NOT_FOUND, path
+    finally:
+        secondary.close()
+        primary.close()

@@ -65,10 +65,37 @@ def paired_namespace(target: "SdkTarget") -> "SdkTarget":
         hold_backlog_paths(secondary, connection_string or "", namespace_name(target))
     try:
         secondary.open()
+        if not target.serve:
+            clear_dead_backlog(secondary, namespace_name(target))
     except BaseException:
         secondary.release_pairing()
         raise
     return secondary
+
+
+def clear_dead_backlog(secondary: "SdkTarget", primary_namespace: str, at_least: int = 10) -> list[str]:
+    """Delete the backlog queues a dead run left on a secondary given by connection string.
+
+    The target deletes the backlog queues it made when it closes; a run killed before that left
+    them, messages and all, where the next pairing finds them and leaves them as they are
+    (PAIR-BACKLOG-003), syphoning the dead run's messages. Called once the pairing holds the lock
+    on these paths (``hold_backlog_paths``), when no live pairing uses them: indexes from 0, at
+    least ``at_least`` (the default BacklogQueueCount, PAIR-OPT-001) and on while queues are found."""
+    from sbreference import ErrorCode, ServiceBusError
+    from sbreference.paired.backlog import backlog_path
+
+    deleted: list[str] = []
+    for index in range(10_000):
+        path = backlog_path(primary_namespace, index)
+        try:
+            secondary._control().call("delete", path=path)
+            deleted.append(path)
+        except ServiceBusError as error:
+            if error.code is not ErrorCode.ENTITY_NOT_FOUND:
+                break  # cannot manage it here: the pairing's own scenario will say so
+            if index + 1 >= at_least:
+                break
+    return deleted
 
 
 def backlog_lock_path(secondary_connection_string: str, primary_namespace: str) -> Path:
