@@ -272,3 +272,22 @@ def test_a_pairing_on_a_secondary_given_by_connection_string_starts_without_a_de
     finally:
         secondary.close()
         primary.close()
+
+
+@pytest.mark.parametrize("prefix", ["my test", "ci:", "-ci", "ci//", "x" * 201])
+def test_a_prefix_no_entity_name_can_start_with_is_a_one_line_option_error(prefix) -> None:
+    """--option prefix=... that cannot begin an entity name (a space, a colon, a leading dash) made
+    every create fail with argument-error: every scenario that creates an entity failed (exit 1,
+    MUST failures) instead of one line about the option (exit 2)."""
+    from sbconform.targets import make_target
+
+    with pytest.raises(ValueError) as caught:
+        make_target("sdk", serve="true", prefix=prefix)
+    assert "prefix=" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("prefix", ["", "ci-", "ci.", "team_a-", "ci/", "a/b-"])
+def test_a_prefix_that_begins_a_valid_entity_name_is_taken(prefix) -> None:
+    from sbconform.targets import make_target
+
+    assert make_target("sdk", serve="true", prefix=prefix).prefix == prefix

@@ -61,6 +61,7 @@ from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules impor
     _code_of_condition,
     _condition_text,
     _ms,
+    check_prefix,
     parse_connection_string,
     translate,
 )
@@ -127,7 +128,7 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
             self.lacking = {k: v for k, v in self.lacking.items() if k != "virtual-time"}
         self.connection_string = connection_string
         self.control_mode = control
-        self.prefix = prefix
+        self.prefix = check_prefix(prefix)
         self.control: Any = None  # a ControlClient ($sbconform node), an azure_admin.AdminProvisioner or a RestProvisioner
         self.client = None
         self.t0_epoch_ms = 0

@@ -64,6 +64,20 @@ def _ms(value: dt.datetime | None) -> int | None:
     return round((value - _EPOCH).total_seconds() * 1000)
 
 
+#: what may begin an entity name ("{prefix}{name}-{suffix}"): segments of letters, digits, '.', '-' and '_',
+#: each starting (and, before a '/', ending) with a letter or digit, as Service Bus requires of entity paths
+_PREFIX = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?/)*(?:[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def check_prefix(prefix: str) -> str:
+    """The ``prefix`` option, if it can begin an entity name; else a one-line ValueError (a prefix
+    that cannot would fail every create with argument-error: every scenario, not the option)."""
+    if not _PREFIX.fullmatch(prefix) or len(prefix) > 200:
+        raise ValueError(f"prefix={prefix!r}: the start of an entity name (letters, digits, '.', '-', '_'; a "
+                         "'/' only after a letter or digit; starting with a letter or digit; at most 200 characters)")
+    return prefix
+
+
 def parse_connection_string(text: str) -> dict[str, str]:
     out = {}
     for part in text.split(";"):
