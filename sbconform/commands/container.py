@@ -18,6 +18,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         eng = engine()
+        if args.action in ("engine", "sweep"):
+            _answers(eng)
         if args.action == "engine":
             print(f"engine: {eng.cli} at {eng.docker_host}" + (" (podman API started by this process)" if eng.process else ""))
             return 0
@@ -31,6 +33,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"built {tag}")
     return 0
+
+
+def _answers(eng) -> None:
+    """The engine answers its API (as testcontainers and the sweep will ask it), else EngineUnavailable:
+    a DOCKER_HOST naming nothing was reported as the engine, and the sweep ended in a traceback."""
+    from ..containers import EngineUnavailable
+
+    try:
+        import docker
+    except ImportError as error:  # the containers extra is missing
+        raise EngineUnavailable(f"the container commands need the containers extra (pip install 'sbconform[containers]'): {error}") from None
+    try:
+        docker.DockerClient(base_url=eng.docker_host, timeout=10).close()
+    except Exception as error:  # docker.errors.DockerException, and whatever its transports raise
+        cause = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        raise EngineUnavailable(f"the {eng.cli} engine at {eng.docker_host} does not answer: {cause}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
