@@ -280,3 +280,25 @@ def test_compare_a_report_holding_a_lone_surrogate_is_shown_not_a_traceback(tmp_
     assert main(argv) == 0
     written = capsys.readouterr().out if out == "stdout" else (tmp_path / "c.out").read_text(encoding="utf-8")
     assert "mine\\ud800" in written
+
+
+@pytest.mark.parametrize("action", ["engine", "sweep"])
+def test_container_an_engine_that_does_not_answer_is_one_line(tmp_path, capsys, monkeypatch, action) -> None:
+    # DOCKER_HOST naming nothing: `container engine` said "engine: docker at ..." and exit 0, as if it
+    # were there; `container sweep` ended in a traceback of the docker client
+    pytest.importorskip("docker")
+    from sbconform import containers
+
+    monkeypatch.setattr(containers, "_ENGINE", None)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    line = one_error(capsys, ["container", action])
+    assert "no-engine.sock" in line and "does not answer" in line, line
+
+
+def test_serve_takes_a_config_saved_with_a_byte_order_mark(tmp_path, capsys, serve_returns) -> None:
+    # Windows editors may save UTF-8 with a byte order mark; serve said
+    # "Config.json:1:1: not valid JSON: Unexpected UTF-8 BOM"
+    config = tmp_path / "Config.json"
+    config.write_bytes(b"\xef\xbb\xbf" + json.dumps({"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [{"Name": "q"}]}]}}).encode())
+    assert main(["serve", "--port", "0", "--http-port", "-1", "--config", str(config)]) == 0
+    assert "1 queues" in capsys.readouterr().out

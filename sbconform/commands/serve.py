@@ -147,7 +147,7 @@ def _read_config(path: str | None):
     if len(raw) > MAX_CONFIG_BYTES:
         return None, f"{path}: too large for a config file (more than {MAX_CONFIG_BYTES:,} bytes)"
     try:
-        return json.loads(raw.decode("utf-8")), None
+        return json.loads(raw.decode("utf-8-sig")), None  # a BOM (Windows editors write one) is skipped
     except UnicodeDecodeError:
         return None, f"{path}: not UTF-8 text: not a JSON config file"
     except json.JSONDecodeError as error:
