@@ -315,3 +315,30 @@ def test_an_unforeseen_failure_while_reading_the_inputs_is_no_verdict_never_exit
     monkeypatch.setattr(replay_module, "locate", broken)
     line = one_error(capsys, ["replay", "--local", str(parquet(tmp_path / "t.parquet", overlapping_receives()))])
     assert line.startswith("sbconform replay: ") and "no verdict" in line and "KeyError" in line, line
+
+
+# ------------------------------------------------------------------ connection-wide operations without an entity
+
+
+def dropped(drop_entity, op="drop-connection"):
+    """c1 receives m1, its connection drops (its lock lost), c2 receives m1 again: valid."""
+    d = lambda seq, lock, dc: {"message_id": f"m{seq}", "seq": seq, "lock": lock, "delivery_count": dc}  # noqa: E731
+    return [row(0, 1, "create-entity", "invoke", args=json.dumps({"lock_duration": 5000})), row(1, 1, "create-entity", "ok"),
+            row(2, 2, "send", "invoke", message_id="m1"), row(3, 2, "send", "ok", message_id="m1", seq=1),
+            row(4, 3, "receive", "invoke", "c1", args=RECV), row(5, 3, "receive", "ok", "c1", **d(1, "L1", 1)),
+            row(6, 4, op, "invoke", "c1", entity=drop_entity),
+            row(7, 4, op, "ok", "c1", entity=drop_entity, result=json.dumps({"conn": None})),
+            row(8, 5, "receive", "invoke", "c2", args=RECV), row(9, 5, "receive", "ok", "c2", **d(1, "L2", 2))]
+
+
+@pytest.mark.parametrize("op", ["drop-connection", "close"])
+def test_a_connection_wide_operation_without_an_entity_is_refused_not_a_false_violation(tmp_path, capsys, op):
+    """A hand-made or foreign trace whose drop-connection (or close) names no entity: the piece
+    whose lock it releases never saw it, and the redelivery after the drop was said VIOLATION
+    SETTLE-LOCK-001 double-delivery, exit 1, for a valid trace (the checker needs each link's
+    entity: trace-replay.md). Refused, naming the file and pos."""
+    (valid,) = check_batches([pa.RecordBatch.from_pylist(dropped("q"), schema=arrow_schema())])
+    assert valid["status"] == "valid", valid
+    trace = parquet(tmp_path / "t.parquet", dropped(None, op))
+    line = one_error(capsys, ["replay", "--local", str(trace)])
+    assert f"t.parquet: pos 6: a {op} without an entity" in line, line

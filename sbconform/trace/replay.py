@@ -49,19 +49,42 @@ def result_schema():
     return pa.schema([pa.field(n, types[t]) for n, t in RESULT_FIELDS])
 
 
-class OutOfOrder(TraceFormatError):
+class Unplaceable(TraceFormatError):
+    """Events the checker cannot give to their pieces as they are, whatever it would answer a
+    false verdict: refused. Raised without the file (``check_batches`` reads batches);
+    ``at(file)`` names it."""
+
+    def __init__(self, text: str, where: str | None = None) -> None:
+        self.text = text
+        super().__init__((f"{where}: " if where else "") + text)
+
+    def at(self, where: str) -> "Unplaceable":
+        return type(self)(self.text, where)
+
+
+class OutOfOrder(Unplaceable):
     """A piece's events not in increasing ``pos`` (a file sorted otherwise, a ``pos`` twice):
-    read in file order, overlapping operations would look sequential and the reverse, a false
-    verdict either way. Refused, not sorted (sorting needs the whole piece in memory; Spark
-    replay of a time-ordered trace sorts it). ``where`` is the file, once known."""
+    read in file order, overlapping operations would look sequential and the reverse. Refused,
+    not sorted (sorting needs the whole piece in memory; Spark replay of a time-ordered trace
+    sorts it)."""
 
-    def __init__(self, piece: str | None, pos: int, before: int, where: str | None = None) -> None:
-        self.piece, self.pos, self.before = piece, pos, before
-        super().__init__((f"{where}: " if where else "") + f"field 'pos' {pos} comes after {before} in piece {piece!r}: "
-                         f"events out of position order (files are read in path order; sort the trace by pos)")
+    @classmethod
+    def of(cls, piece: str | None, pos: int, before: int) -> "OutOfOrder":
+        return cls(f"field 'pos' {pos} comes after {before} in piece {piece!r}: events out of position order "
+                   f"(files are read in path order; sort the trace by pos)")
 
-    def at(self, where: str) -> "OutOfOrder":
-        return OutOfOrder(self.piece, self.pos, self.before, where)
+
+#: operations on a client's connection or link: the pieces they act on are known by their entity only
+CONNECTION_WIDE = ("drop-connection", "close")
+
+
+def _entityless(rows) -> None:
+    """A drop-connection or close without an entity: the pieces whose locks it releases never
+    see it (a redelivery after it would read as a double delivery)."""
+    for row in rows:
+        if row[OP] in CONNECTION_WIDE:
+            raise Unplaceable(f"pos {row[POS]}: a {row[OP]} without an entity: the pieces of its client's links cannot "
+                              f"be told (each event of a piece names its entity: trace-replay.md)")
 
 
 def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
@@ -86,13 +109,15 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
         for i in going_back(batch, order):  # none, or a piece's first row after another piece's
             key = piece_key(rows[i][ENTITY])
             if key == piece_key(rows[i - 1][ENTITY]):
-                raise OutOfOrder(key, rows[i][POS], rows[i - 1][POS])
+                raise OutOfOrder.of(key, rows[i][POS], rows[i - 1][POS])
         if configures(batch):
             for row in rows:
                 if row[OP] in CONFIGURING and row[PHASE] == "invoke":
                     _note_forwarding(row, forwards)
         for start, end in runs:
             entity = rows[start][ENTITY]
+            if entity is None:
+                _entityless(rows[start:end])
             checker = by_entity.get(entity)
             if checker is None:
                 key = piece_key(entity)
@@ -105,7 +130,7 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                     checker.done = True
                 by_entity[entity] = checker
             if rows[start][POS] <= checker.last_pos:  # going back from an earlier batch (or file)
-                raise OutOfOrder(checker.key, rows[start][POS], checker.last_pos)
+                raise OutOfOrder.of(checker.key, rows[start][POS], checker.last_pos)
             checker.last_pos = rows[end - 1][POS]
             checker.feed_rows(rows[start:end] if start or end < len(rows) else rows)
         if progress is not None:
@@ -381,7 +406,7 @@ def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, not
                 seen.start_file(i)
             try:
                 results += check_batches(_parquet_batches(f, size), search_bound, seen)
-            except OutOfOrder as error:
+            except Unplaceable as error:
                 raise error.at(f) from None
         return settle_forwarding(results)
     reading: list[str] = []  # the file being read
@@ -394,7 +419,7 @@ def replay_local(paths: list[str], search_bound: int = DEFAULT_SEARCH_BOUND, not
             yield from (_jsonl_batches(f, size, report=notes) if is_jsonl(f) else _parquet_batches(f, size))
     try:
         return settle_forwarding(check_batches(batches(), search_bound, seen))
-    except OutOfOrder as error:
+    except Unplaceable as error:
         raise error.at(reading[0]) from None
 
 

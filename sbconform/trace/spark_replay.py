@@ -13,7 +13,7 @@ from sbreference.paths import ENTITY_KEY_PATTERNS
 
 from ..progress import LiveLine, SparkStages
 from .checker import DEFAULT_SEARCH_BOUND
-from .replay import (_REQUIRED, OutOfOrder, RESULT_DDL, TRACE_DDL, UNREAD, _is_remote, _jsonl_batches, _parquet_batches, check_batches,
+from .replay import (_REQUIRED, Unplaceable, RESULT_DDL, TRACE_DDL, UNREAD, _is_remote, _jsonl_batches, _parquet_batches, check_batches,
                      error_row, locate, result_schema, settle_forwarding, summarize, validate_batch)
 from .schema import FIELD_NAMES, TraceFormatError
 
@@ -148,7 +148,7 @@ def _file_checker(search_bound: int):
             for path in batch.column(0).to_pylist():
                 try:
                     results = check_batches(_parquet_batches(path), search_bound)
-                except OutOfOrder as error:
+                except Unplaceable as error:
                     results = [error_row(str(error.at(path)))]
                 except TraceFormatError as error:
                     results = [error_row(str(error))]
