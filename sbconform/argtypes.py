@@ -68,3 +68,11 @@ def port(text: str, lowest: int = 0, meaning: str = "0 picks a free port") -> in
 def port_or_none(text: str) -> int:
     """A TCP port, or -1 for none."""
     return port(text, -1, "0 picks a free port, -1: none")
+
+
+def path(text: str) -> str:
+    """A file or directory name. An empty one (``--html "$UNSET"``) names nothing: it was taken as
+    the option not given, and what it asked for (an expectations file, a report) dropped unsaid."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty path (an unset variable?); name a file or directory")
+    return text

@@ -302,3 +302,16 @@ def test_serve_takes_a_config_saved_with_a_byte_order_mark(tmp_path, capsys, ser
     config.write_bytes(b"\xef\xbb\xbf" + json.dumps({"UserConfig": {"Namespaces": [{"Name": "ns", "Queues": [{"Name": "q"}]}]}}).encode())
     assert main(["serve", "--port", "0", "--http-port", "-1", "--config", str(config)]) == 0
     assert "1 queues" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["certify", "--expectations", ""], ["certify", "--html", ""], ["certify", "--junit-xml", " "], ["certify", "--trace", ""],
+    ["certify", "--report-dir", ""], ["compare", "r.json", "--out", ""], ["compare", "r.json", "--html", ""],
+    ["serve", "--config", ""],
+])
+def test_an_empty_path_is_refused_when_parsed_not_dropped(tmp_path, capsys, no_test_run, argv) -> None:
+    # `--expectations "$EXPECTED"` with the variable unset: the run went on without the file (its
+    # expected failures graded as failures, exit 1); --html/--junit-xml/--trace "" wrote nothing, unsaid
+    flag = next(a for a in argv if a.startswith("--"))
+    line = one_error(capsys, argv)
+    assert flag in line and "empty" in line, line

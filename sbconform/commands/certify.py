@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..argtypes import seconds, whole
+from ..argtypes import path, seconds, whole
 
 #: test processes side by side (each a Python with the kit, the SDK, its own target)
 MAX_JOBS = 128
@@ -76,20 +76,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "or gave no verdict (bad input, an out-of-date expectations file, target unreachable or "
                                    "refusing the key, every clause skipped: nothing graded); 130: interrupted.")
     p.add_argument("--target", default="reference", help="target name (see `sbconform targets`)")
-    p.add_argument("--report-dir", default=None, metavar="DIR",
+    p.add_argument("--report-dir", type=path, default=None, metavar="DIR",
                    help="where to write report.json, report.md and run.log (default: reports/TARGET)")
     p.add_argument("--connection-string", default=None,
                    help=f"the namespace, for targets that need one; better set ${ENV} (a command line is visible to "
                         f"every user of the machine); default: ${ENV}")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a target option (repeatable)")
-    p.add_argument("--expectations", default=None, metavar="FILE",
+    p.add_argument("--expectations", type=path, default=None, metavar="FILE",
                    help="TOML file of clauses expected to fail or skip on this target")
     p.add_argument("--hypothesis-profile", default="ci", choices=("dev", "ci", "thorough"),
                    help="Hypothesis profile for the stateful tests (dev: 30 examples, ci: 200, thorough: 2000)")
     p.add_argument("--clause", action="append", default=[], metavar="PATTERN",
                    help="certify only these clauses: an id, a glob (PART-KEY-*) or an area (repeatable); "
                         "the others are reported as skipped, not selected, and the verdict covers only these")
-    p.add_argument("--trace", default=None, metavar="DIR",
+    p.add_argument("--trace", type=path, default=None, metavar="DIR",
                    help="record every test's trace in DIR (one JSON Lines file per test; sbspec/trace-format.md)")
     p.add_argument("--jobs", type=whole(1, MAX_JOBS, " (each is a test process, side by side)"),
                    default=min(MAX_JOBS, os.cpu_count() or 1), metavar="N",
@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-timeout", type=seconds(), default=None, metavar="SECONDS",
                    help="stop a test process still running after this long; "
                         "the test it had begun fails (timed out), those it never reached are not run")
-    p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML, one test case per clause")
-    p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--junit-xml", type=path, default=None, metavar="FILE", help="also write JUnit XML, one test case per clause")
+    p.add_argument("--html", type=path, default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("pytest_args", nargs="*", metavar="TEST-ARGS", help="advanced: test selection arguments passed to the test runner, after --")
     p.set_defaults(func=run)

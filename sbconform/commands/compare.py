@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..argtypes import path
 from ..certify_outputs import printable
 from ..report import STATUSES
 
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="several targets' report.json side by side (markdown), with totals")
     p.add_argument("reports", nargs="+", metavar="REPORT", help="report.json files (or report directories)")
-    p.add_argument("--out", default=None, metavar="FILE", help="write the markdown here (default: standard output)")
+    p.add_argument("--out", type=path, default=None, metavar="FILE", help="write the markdown here (default: standard output)")
     p.add_argument("--only-differences", action="store_true", help="show only the clauses whose status differs")
-    p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML page, side by side")
+    p.add_argument("--html", type=path, default=None, metavar="FILE", help="also write a self-contained HTML page, side by side")
     p.set_defaults(func=run)

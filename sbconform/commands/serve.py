@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 
-from ..argtypes import AMQP_MILLIS_MAX_SECONDS, port, port_or_none, seconds, whole
+from ..argtypes import AMQP_MILLIS_MAX_SECONDS, path, port, port_or_none, seconds, whole
 
 #: a duration flag: finite, above 0, and at most what AMQP's milliseconds can carry
 SECONDS = seconds(AMQP_MILLIS_MAX_SECONDS)
@@ -115,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the reference namespace over AMQP 1.0 (for the azure-servicebus SDK)")
     p.add_argument("--host", type=host, default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface: see SECURITY.md)")
     p.add_argument("--port", type=port, default=5672, help="0 picks a free port (printed on the first line)")
-    p.add_argument("--config", default=None, help="entities, in the schema of Microsoft's emulator (Config.json)")
+    p.add_argument("--config", type=path, default=None, help="entities, in the schema of Microsoft's emulator (Config.json)")
     p.add_argument("--http-port", type=port_or_none, default=None,
                    help="the management REST API (ServiceBusAdministrationClient); default 5300 (0 with --port 0: a free port); -1: none")
     p.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
