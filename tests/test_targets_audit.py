@@ -291,3 +291,16 @@ def test_a_prefix_that_begins_a_valid_entity_name_is_taken(prefix) -> None:
     from sbconform.targets import make_target
 
     assert make_target("sdk", serve="true", prefix=prefix).prefix == prefix
+
+
+def test_a_subscription_can_be_updated_through_the_administration_client(admin) -> None:
+    """update on a subscription called update_subscription(props): the SDK's signature is
+    update_subscription(topic_name, subscription), so every subscription update through control=admin
+    (Azure) was a TypeError, reported as connection-lost (SETTLE-STATUS: a disabled subscription)."""
+    topic = _name()
+    admin.call("create-topic", name=topic, properties={})
+    sub = admin.call("create-subscription", topic=topic, name="s", properties={})["path"]
+    admin.call("update", path=sub, properties={"status": "ReceiveDisabled", "max_delivery_count": 4})
+    described = admin.call("describe", path=sub)
+    assert (described["status"], described["max_delivery_count"]) == ("ReceiveDisabled", 4)
+    admin.call("delete", path=topic)

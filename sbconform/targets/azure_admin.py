@@ -213,7 +213,10 @@ class AdminProvisioner:
         kind, props = self._get(path)
         for name, value in admin_arguments(kind, properties, update=True).items():
             setattr(props, name, value)
-        getattr(self.client, f"update_{kind}")(props)
+        if kind == "subscription":  # update_subscription(topic_name, subscription)
+            self.client.update_subscription(split_path(path)[1], props)
+        else:
+            getattr(self.client, f"update_{kind}")(props)
         return {}
 
     def _runtime_info(self, path: str) -> dict[str, Any]:
