@@ -304,3 +304,23 @@ def test_a_subscription_can_be_updated_through_the_administration_client(admin) 
     described = admin.call("describe", path=sub)
     assert (described["status"], described["max_delivery_count"]) == ("ReceiveDisabled", 4)
     admin.call("delete", path=topic)
+
+
+def test_a_binary_application_property_that_is_not_text_is_received_as_bytes() -> None:
+    """pyamqp gives AMQP strings and binaries alike as bytes; the target decodes them as text, and a
+    binary property that is not UTF-8 (b'\\xff') made received() raise UnicodeDecodeError: the
+    scenario errored in the adapter instead of seeing the message."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from sbconform.targets.sdk import SdkTarget
+
+    target = SdkTarget(serve=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    raw = SimpleNamespace(body=b"x", state=None, time_to_live=None, delivery_count=0, application_properties={b"k": b"\xff\x00", b"s": b"text"},
+                          _receiver=None, lock_token=None, message_id="m", sequence_number=1, enqueued_time_utc=now,
+                          locked_until_utc=None, expires_at_utc=None, session_id=None, partition_key=None, dead_letter_reason=None,
+                          dead_letter_error_description=None, dead_letter_source=None, content_type=None, scheduled_enqueue_time_utc=None,
+                          correlation_id=None, subject=None, to=None, reply_to=None, reply_to_session_id=None)
+    got = target.received(raw, "peek")
+    assert got.application_properties == {"k": b"\xff\x00", "s": "text"}

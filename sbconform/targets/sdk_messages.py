@@ -136,8 +136,7 @@ class MessagesMixin:
         state = getattr(m.state, "name", str(m.state)).lower() if getattr(m, "state", None) is not None else "active"
         ttl = m.time_to_live
         raw_count = m.delivery_count
-        props = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else v)
-                 for k, v in (m.application_properties or {}).items()}
+        props = {(k.decode() if isinstance(k, bytes) else str(k)): _text_or_bytes(v) for k, v in (m.application_properties or {}).items()}
         locked = mode == PEEK_LOCK and state != "scheduled" and getattr(m, "_receiver", None) is not None
         token = m.lock_token if locked else None
         return Received(
@@ -166,3 +165,14 @@ class MessagesMixin:
             reply_to_session_id=m.reply_to_session_id,
             raw=m,
         )
+
+
+def _text_or_bytes(value: Any) -> Any:
+    """An application property value: pyamqp gives AMQP strings and binaries alike as bytes; text
+    when it is UTF-8 (a string, as sent), else the bytes (a binary that is not text)."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value
