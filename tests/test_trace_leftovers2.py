@@ -331,6 +331,20 @@ def dropped(drop_entity, op="drop-connection"):
             row(8, 5, "receive", "invoke", "c2", args=RECV), row(9, 5, "receive", "ok", "c2", **d(1, "L2", 2))]
 
 
+def test_a_receive_without_an_entity_is_refused_not_a_lost_message(tmp_path, capsys):
+    """c1's receive of m1 names no entity (or an empty one): q's piece never saw m1 taken, and
+    c2's receive of m2 read as m1 lost (SETTLE-SEND-001), exit 1."""
+    rows = overlapping_receives()
+    rows[6:] = [rows[6], rows[9], rows[7], rows[8]]  # sequential: c1 gets m1, then c2 gets m2: valid
+    rows = [dict(r, pos=i) for i, r in enumerate(rows)]
+    (valid,) = check_batches([pa.RecordBatch.from_pylist(rows, schema=arrow_schema())])
+    assert valid["status"] == "valid", valid
+    for entity in (None, ""):
+        rows[6]["entity"] = rows[7]["entity"] = entity
+        line = one_error(capsys, ["replay", "--local", str(parquet(tmp_path / "t.parquet", rows))])
+        assert "t.parquet: pos 6: a receive without an entity" in line, line
+
+
 @pytest.mark.parametrize("op", ["drop-connection", "close"])
 def test_a_connection_wide_operation_without_an_entity_is_refused_not_a_false_violation(tmp_path, capsys, op):
     """A hand-made or foreign trace whose drop-connection (or close) names no entity: the piece

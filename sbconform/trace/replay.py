@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 from sbreference.paths import parse as parse_path
 
 from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configures, going_back, rows_of  # noqa: F401 (importable from here)
-from .checker import ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, POS, piece_key
+from .checker import _HANDLERS, ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, POS, PieceModel, piece_key
 from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of, trace_files  # noqa: F401 (PARQUET_SUFFIXES importable)
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
 from .layout import REMOTE_TIMEOUT, _open, _remote_layout, checked_layout  # noqa: F401 (importable from here)
@@ -74,15 +74,17 @@ class OutOfOrder(Unplaceable):
                    f"(files are read in path order; sort the trace by pos)")
 
 
-#: operations on a client's connection or link: the pieces they act on are known by their entity only
-CONNECTION_WIDE = ("drop-connection", "close")
+#: the operations the checker applies to its piece's state (all but observations): one without an
+#: entity would be applied to a piece of its own and missed by its entity's
+NEEDS_ENTITY = frozenset(op for op, handler in _HANDLERS.items() if handler is not PieceModel._nothing)
 
 
 def _entityless(rows) -> None:
-    """A drop-connection or close without an entity: the pieces whose locks it releases never
-    see it (a redelivery after it would read as a double delivery)."""
+    """An operation the checker applies, without an entity (null, or empty as an anonymous link's):
+    its entity's piece never sees it, a false verdict either way (a drop-connection missed: the
+    redelivery after it reads as a double delivery; a receive missed: a lost message)."""
     for row in rows:
-        if row[OP] in CONNECTION_WIDE:
+        if row[OP] in NEEDS_ENTITY:
             raise Unplaceable(f"pos {row[POS]}: a {row[OP]} without an entity: the pieces of its client's links cannot "
                               f"be told (each event of a piece names its entity: trace-replay.md)")
 
@@ -116,7 +118,7 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
                     _note_forwarding(row, forwards)
         for start, end in runs:
             entity = rows[start][ENTITY]
-            if entity is None:
+            if not entity:
                 _entityless(rows[start:end])
             checker = by_entity.get(entity)
             if checker is None:
