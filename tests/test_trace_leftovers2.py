@@ -356,3 +356,15 @@ def test_a_connection_wide_operation_without_an_entity_is_refused_not_a_false_vi
     trace = parquet(tmp_path / "t.parquet", dropped(None, op))
     line = one_error(capsys, ["replay", "--local", str(trace)])
     assert f"t.parquet: pos 6: a {op} without an entity" in line, line
+
+
+def test_an_unforeseen_failure_of_diff_is_not_exit_1_which_means_different(tmp_path, capsys, monkeypatch):
+    from sbconform.trace import diff as diff_module
+
+    def broken(a, b):
+        raise KeyError("trace")
+
+    monkeypatch.setattr(diff_module, "diff_paths", broken)
+    trace = str(jsonl(tmp_path / "t.jsonl", overlapping_receives()))
+    line = one_error(capsys, ["diff", trace, trace])
+    assert line.startswith("sbconform diff: ") and "KeyError" in line, line

@@ -24,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform diff: unreadable input: {args.a} or {args.b}: a line nests its JSON too deeply for a trace "
               f"event", file=sys.stderr)
         return 2
+    except Exception as error:  # never a traceback: its exit 1 would read as 'different'
+        print(f"sbconform diff: the comparison failed, no answer: {type(error).__name__}: "
+              f"{(str(error).splitlines() or [''])[0][:300]}", file=sys.stderr)
+        return 2
     total = 0
     for trace in result.only_a:
         print(f"trace only in A: {trace}")
