@@ -315,3 +315,27 @@ def test_an_empty_path_is_refused_when_parsed_not_dropped(tmp_path, capsys, no_t
     flag = next(a for a in argv if a.startswith("--"))
     line = one_error(capsys, argv)
     assert flag in line and "empty" in line, line
+
+
+@pytest.mark.parametrize("argv, takes", [(["--sb-target", "reference"], False), (["--sb-target", "sdk", "--sb-option", "serve=true"], False),
+                                         (["--sb-target", "sdk"], True)])
+def test_an_exported_connection_string_reaches_only_the_pytest_target_that_takes_one(monkeypatch, argv, takes) -> None:
+    # the plugin read $SBCONFORM_CONNECTION_STRING for every target: `pytest --sb-target reference` in the
+    # shell README tells to export it said "the reference target takes no options ['connection_string']"
+    from sbconform.pytest_plugin import target_options
+    from sbconform.secrets import ENV
+
+    monkeypatch.setenv(ENV, SERVE_STRING)
+
+    class Config:
+        def __init__(self, args: list[str]) -> None:
+            self.args = args
+
+        def getoption(self, name: str):
+            if name == "--sb-target":
+                return self.args[self.args.index("--sb-target") + 1]
+            if name == "--sb-option":
+                return [self.args[i + 1] for i, a in enumerate(self.args) if a == "--sb-option"]
+            return None
+
+    assert ("connection_string" in target_options(Config(argv))) is takes
