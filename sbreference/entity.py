@@ -124,14 +124,14 @@ class Entity:
     def check_one(self, m: Message, now: int) -> int:
         """``check`` for a single message, without lists: its size, once it fits every limit."""
         size = message_size(m)
+        header = size - MESSAGE_OVERHEAD - len(m.body)  # at least each property's size, and each ID's length
         # (a message over 1 MB counts more than its size, SETTLE-TIER-008: ``check`` measures it)
         if size <= self.description.max_message_size and size <= LARGE_MESSAGE and self.bytes + size <= self.max_bytes and (
-            size - MESSAGE_OVERHEAD - len(m.body) <= PROPERTY_LIMIT  # no header limit can apply (SETTLE-SEND-009)
-        ) and (
             m.session_id is not None or not self.sends_need_session_id
-        ) and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH) and (
-            m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH
-        ) and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH):
+        ) and (header <= MAX_ID_LENGTH or (  # then no ID (SETTLE-SEND-008) nor header (SETTLE-SEND-009) limit can apply
+            header <= PROPERTY_LIMIT and (m.message_id is None or len(m.message_id) <= MAX_ID_LENGTH)
+            and (m.session_id is None or len(m.session_id) <= MAX_ID_LENGTH)
+            and (m.partition_key is None or len(m.partition_key) <= MAX_ID_LENGTH))):
             return size
         return self.check([m], now)[0]  # raises the error that applies
 

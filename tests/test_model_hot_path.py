@@ -71,3 +71,21 @@ def test_a_cached_route_is_forgotten_when_the_queue_faults_changes_status_or_goe
         ns.send(conn, "q", Message(b"x"))
     with pytest.raises(ServiceBusError):
         ns.receive(conn, "q", 1)
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_the_one_message_checks_refuse_what_the_batch_checks_refuse(partitioned: bool) -> None:
+    """check_one's short-header shortcut (a header of at most 128 bytes holds no ID over 128
+    characters, SETTLE-SEND-008) leaves every refusal to ``check``: IDs of 128 characters pass,
+    129 do not, whether the rest of the header is short or long."""
+    ns = Namespace()
+    ns.create_queue("q", enable_partitioning=partitioned)
+    conn = ns.connect()
+    for field in ("message_id", "partition_key"):
+        for extra in ({}, {"application_properties": {"k": "v" * 500}}):
+            ns.send(conn, "q", Message(b"x", **{field: "i" * 128}, **extra))
+            with pytest.raises(ServiceBusError) as refused:
+                ns.send(conn, "q", Message(b"x", **{field: "i" * 129}, **extra))
+            assert "129 characters" in str(refused.value)
+    with pytest.raises(ServiceBusError):  # a header property over its 32 KB (SETTLE-SEND-009)
+        ns.send(conn, "q", Message(b"x", application_properties={"k": "v" * (33 * 1024)}))
