@@ -26,6 +26,7 @@ from typing import Any
 
 from sbreference import Namespace, ServiceBusError
 from sbreference.status import normal as normal_status
+from sbreference.clock import TIMESPAN_MAX
 from sbreference.entity import KB
 
 from .rules import config_rules, config_rules_json
@@ -54,6 +55,8 @@ _PROPERTIES = {
     "DeadLetteringOnFilterEvaluationExceptions": ("dead_lettering_on_filter_evaluation_exceptions", "bool"),
     "Status": ("status", "status"),  # Active, Disabled, SendDisabled, ReceiveDisabled (SETTLE-STATUS-*)
 }
+#: QueueProperties.MaxDeliveryCount is an Int32 (.NET, and the REST API's xs:int); the sizes are Int64 (long)
+_LARGEST = {"MaxDeliveryCount": 2**31 - 1}
 #: accepted but without effect in the model. AutoDeleteOnIdle is not in the emulator's Config.json schema (no
 #: queue, topic or subscription property of https://github.com/Azure/azure-service-bus-emulator-installer/blob/main/ServiceBus-Emulator/Schema/Config-schema.json),
 #: so it is not applied: a temporary entity is made through the REST API or $sbconform (SETTLE-IDLE-001)
@@ -197,6 +200,10 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
                 raise ConfigError(f"{at}: {error}") from None
             if out[name] <= 0:
                 raise ConfigError(f"{at}: expected a positive duration, got {value!r}")
+            if out[name] > TIMESPAN_MAX + 1:  # + 1: TimeSpan.MaxValue itself, its last 0.58 ms rounded up
+                raise ConfigError(f"{at}: {value!r} is longer than TimeSpan.MaxValue (P10675199DT2H48M5.4775807S), "
+                                  "the longest duration Service Bus holds")
+            out[name] = min(out[name], TIMESPAN_MAX)
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ConfigError(f"{at}: expected true or false, got {value!r}")
@@ -206,6 +213,10 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
                 raise ConfigError(f"{at}: expected an integer, got {value!r}")
             if value <= 0:
                 raise ConfigError(f"{at}: expected a positive integer, got {value!r}")
+            largest = _LARGEST.get(key, 2**63 - 1)
+            if value > largest:
+                raise ConfigError(f"{at}: {value} is more than {largest}, the largest Service Bus holds there "
+                                  f"({'an Int32' if largest == 2**31 - 1 else 'an Int64'})")
             out[name] = value * KB if kind == "kilobytes" else value
         elif kind == "path":
             if value in ("", None):
@@ -219,6 +230,15 @@ def _properties(raw: Any, where: str) -> dict[str, Any]:
             except ServiceBusError as error:
                 raise ConfigError(f"{at}: {error.text}") from None
     return out
+
+
+def _once(named: dict[str, str], name: str, at: str, where: str) -> str:
+    """``name``, the first time it is given (entity names are case-insensitive): a second time is
+    an error at its own JSON path, naming the first (the model said only "already exists")."""
+    first = named.setdefault(name.lower(), at)
+    if first != at:
+        raise ConfigError(f"{at}.Name: {name!r} is already the name of {first[len(where) + 1:]}")
+    return name
 
 
 def _name(entry: Any, where: str, kind: str | None = None) -> str:
@@ -296,18 +316,21 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
                     raise ConfigError(f"{at}.KeyName: {entry['KeyName']!r} is listed twice")
                 config.keys[entry["KeyName"]] = entry["Key"]
         forwards: list[tuple[str, str, str]] = []  # (JSON path, entity, target)
+        named: dict[str, str] = {}  # queues and topics share one set of names, case-insensitive
         for i, q in enumerate(_list(ns, "Queues", where)):
             at = f"{where}.Queues[{i}]"
-            name = _name(q, at, "queue")
+            name = _once(named, _name(q, at, "queue"), at, where)
             config.queues.append((name, _properties(q.get("Properties"), f"{at}.Properties")))
             forwards += _forwards(at, name, config.queues[-1][1])
         for i, t in enumerate(_list(ns, "Topics", where)):
             at = f"{where}.Topics[{i}]"
-            name = _name(t, at, "topic")
+            name = _once(named, _name(t, at, "topic"), at, where)
             subs = []
+            sub_names: dict[str, str] = {}
             for j, s in enumerate(_list(t if isinstance(t, dict) else {}, "Subscriptions", at)):
                 sat = f"{at}.Subscriptions[{j}]"
-                subs.append((_name(s, sat, "subscription"), _properties(s.get("Properties"), f"{sat}.Properties")))
+                sub = _once(sub_names, _name(s, sat, "subscription"), sat, where)
+                subs.append((sub, _properties(s.get("Properties"), f"{sat}.Properties")))
                 try:
                     rules = config_rules(s.get("Rules"), f"{sat}.Rules")
                 except ValueError as error:
