@@ -21,7 +21,7 @@ from .clock import Clock, VirtualClock
 from .entity import Entity
 from .errors import ErrorCode, ServiceBusError
 from .message import Delivery, Message
-from .partitioning import PREMIUM_PARTITION_COUNTS, Chooser, partition_key
+from .partitioning import PREMIUM_PARTITION_COUNTS, TOKEN_STRIDE, Chooser, partition_key
 from .status import refuse_send
 from .store import PEEK_LOCK, RECEIVE_AND_DELETE, MessageStore
 from .provisioning import IMMUTABLE, MAX_ENTITIES, Provisioning  # noqa: F401 (re-exported)
@@ -74,6 +74,9 @@ class Namespace(Routing, Idleness, Provisioning):
         self._hops = 0  # auto-forwarding depth of the delivery in progress
         self.entities: dict[str, Entity] = {}
         self._lock_tokens = itertools.count(1).__next__
+        #: A partition's lock tokens tell its index (``token % TOKEN_STRIDE``): one counter per index, shared by the
+        #: namespace's partitioned entities, so that their tokens are unique among them as the others' are.
+        self._partition_lock_tokens = [itertools.count(TOKEN_STRIDE + i, TOKEN_STRIDE).__next__ for i in range(TOKEN_STRIDE)]
         self._connections = itertools.count(1)
         self.open_connections: set[int] = set()
         self._routes: dict[str, tuple[Entity, MessageStore | None]] = {}  # path -> resolved, as given

@@ -66,8 +66,10 @@ class PartitionedEntity(Entity):
         description: EntityDescription,
         next_lock_token: Callable[[], int],
         partition_count: int,
+        partition_tokens: list[Callable[[], int]] | None = None,
     ) -> None:
         super().__init__(path, description, next_lock_token)
+        self.partition_tokens = partition_tokens
         self.duplicates = None  # duplicate detection lives in each partition (PART-DUP-001)
         self.partition_count = partition_count
         self.available = [True] * partition_count
@@ -81,7 +83,11 @@ class PartitionedEntity(Entity):
         self.pinned: dict[str, int] = {}  # key -> its partition, once chosen (PART-KEY-006)
 
     def tokens_for(self, index: int) -> Callable[[], int]:
-        """Lock tokens for partition ``index``: unique, and telling their partition."""
+        """Lock tokens for partition ``index``: unique, and telling their partition (``token % TOKEN_STRIDE``).
+        The namespace's counter of that partition index when it gives them (no Python call per token),
+        else drawn from the shared counter."""
+        if self.partition_tokens is not None:
+            return self.partition_tokens[index]
         shared = self.next_lock_token
         return lambda: shared() * TOKEN_STRIDE + index
 
@@ -298,8 +304,9 @@ class PartitionedEntity(Entity):
 class PartitionedQueue(PartitionedEntity):
     kind = "queue"
 
-    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int], partition_count: int) -> None:
-        super().__init__(path, description, next_lock_token, partition_count)
+    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int], partition_count: int,
+                 partition_tokens: list[Callable[[], int]] | None = None) -> None:
+        super().__init__(path, description, next_lock_token, partition_count, partition_tokens)
         self.store = PartitionedStore(self, [self._new_store(path, description, self.tokens_for(i)) for i in range(partition_count)])
 
     def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
@@ -332,8 +339,9 @@ class PartitionedSubscription:
 class PartitionedTopic(FanOut, PartitionedEntity):
     kind = "topic"
 
-    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int], partition_count: int) -> None:
-        super().__init__(path, description, next_lock_token, partition_count)
+    def __init__(self, path: str, description: EntityDescription, next_lock_token: Callable[[], int], partition_count: int,
+                 partition_tokens: list[Callable[[], int]] | None = None) -> None:
+        super().__init__(path, description, next_lock_token, partition_count, partition_tokens)
         self.subscriptions: dict[str, PartitionedSubscription] = {}
         self.copies: dict[int, int] = {}
         self.large: dict[int, int] = {}  # SETTLE-TIER-008 (none: a partitioned Premium message is at most 1 MB)

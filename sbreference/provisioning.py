@@ -93,7 +93,7 @@ class Provisioning:
         if partitions is None:
             entity = (Queue if kind == "queue" else Topic)(path, d, self._lock_tokens)
         else:
-            entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions)
+            entity = (PartitionedQueue if kind == "queue" else PartitionedTopic)(path, d, self._lock_tokens, partitions, self._partition_lock_tokens)
         entity.router = self._auto_forward  # ForwardTo (SETTLE-FWD-004); dead-letter forwarding takes _forward
         entity.max_batch_size = TIERS[self.sku].max_batch_size  # SETTLE-TIER-006
         added = self._add(entity)
