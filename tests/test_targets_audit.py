@@ -324,3 +324,33 @@ def test_a_binary_application_property_that_is_not_text_is_received_as_bytes() -
                           correlation_id=None, subject=None, to=None, reply_to=None, reply_to_session_id=None)
     got = target.received(raw, "peek")
     assert got.application_properties == {"k": b"\xff\x00", "s": "text"}
+
+
+def test_a_fault_of_the_adapter_itself_is_not_reported_as_a_lost_connection() -> None:
+    """Any exception in the admin provisioner became connection-lost (transient): the
+    update_subscription call with the wrong arguments (a TypeError of the kit's own) read as the
+    broker dropping the connection. Now only Azure's exceptions and network errors are translated;
+    a TypeError is the kit's fault and stays one, and a ValueError (the client refusing an
+    argument) is an argument error."""
+    from sbconform.targets.azure_admin import AdminProvisioner
+
+    class Client:
+        def get_subscription(self, topic, name):
+            raise TypeError("get_subscription() got an unexpected keyword argument")
+
+        def create_queue(self, name, **kwargs):
+            raise ValueError("queue_name must be a non-empty str")
+
+        def delete_queue(self, name):
+            raise ConnectionResetError("reset by peer")
+
+    admin = AdminProvisioner("", client=Client())
+    with pytest.raises(TypeError):
+        admin.call("describe", path="t/Subscriptions/s")
+    with pytest.raises(ServiceBusError) as argument:
+        admin.call("create-queue", name="", properties={})
+    assert argument.value.code is ErrorCode.ARGUMENT_ERROR
+    admin.kinds["q"] = "queue"
+    with pytest.raises(ServiceBusError) as lost:
+        admin.call("delete", path="q")
+    assert lost.value.code is ErrorCode.CONNECTION_LOST

@@ -145,7 +145,12 @@ class AdminProvisioner:
             return handler(**body)
         except ServiceBusError:
             raise
+        except ValueError as error:  # the client refusing an argument before any request
+            raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, str(error).splitlines()[0][:500] if str(error) else "ValueError") from error
         except Exception as error:  # azure.core.exceptions.*: translated by name, no import needed
+            if not (type(error).__module__.startswith("azure.") or isinstance(error, OSError)
+                    or any(cls.__name__ in _ERRORS for cls in type(error).__mro__)):
+                raise  # a fault of the kit's own (a TypeError, say), not the broker's answer
             raise _translate(error) from error
 
     def close(self) -> None:
