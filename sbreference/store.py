@@ -91,7 +91,6 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         self.session_deadlines: deque[tuple[int, str]] = deque()
         self.expiries: list[tuple[int, int]] = []  # heap of (expires_at, seq)
         self.deferred_count = 0
-        self.bytes = 0
         self._due = 0  # earliest instant anything above may come due (a hint, never late)
 
     # ----------------------------------------------------------------- copies
@@ -191,7 +190,6 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         """A message copy arrives (sent, activated from schedule, or dead-lettered in)."""
         seq = msg.sequence_number
         self.messages[seq] = msg
-        self.bytes += msg.size
         if self.requires_session:
             session = self._lane_for(msg, create=True)
             session.push(seq)
@@ -477,7 +475,6 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                 deadlines.pop()  # _drop_newest_deadline, inline: the usual settlement
             msg.lock_token = msg.locked_until = msg.holder = None
         msg.state = final
-        self.bytes -= msg.size
         if self.requires_session:
             self._forget_idle_session(msg.session_id, -1)
         if self.observer is not None:
