@@ -101,19 +101,88 @@ def _one_trace(files: list[str]) -> str | None:
     from ..trace.io import read_header
 
     seen: dict[str, str] = {}
-    traces: dict[str, str] = {}
     for name in files:
         real = os.path.realpath(name)
         if real in seen:
             return f"{name}: given twice (also as {seen[real]}): its events would be checked twice"
         seen[real] = name
-        trace = str(read_header(name).get("trace"))
-        traces.setdefault(trace, name)
-        if len(traces) > 1:
-            (first, one), (second, other) = traces.items()
-            return (f"{one} and {other} hold different traces ({first!r}, {second!r}): replay one trace at a time "
-                    f"(their events would be checked as one trace's)")
+        read_header(name)  # readable, with its trace id (several traces are checked each on its own)
     return None
+
+
+def traces_of(paths: list[str]) -> dict[str, list[str]] | None:
+    """The inputs' files by trace id, in the order met (certify --trace writes one trace a test, each
+    numbered from pos 0 with its own entities: checked as one trace they would be judged together);
+    None for inputs that are one trace by construction (remote, by-piece)."""
+    from ..trace.io import read_header
+    from ..trace.replay import _is_remote, locate
+
+    if any(_is_remote(p) for p in paths):
+        return None
+    where = locate(paths)
+    if where["layout"] == "by-piece":
+        return None
+    groups: dict[str, list[str]] = {}
+    for name in where["files"]:
+        groups.setdefault(str(read_header(name).get("trace")), []).append(name)
+    return groups
+
+
+def replay_many(groups: dict[str, list[str]], args: argparse.Namespace, live: LiveLine) -> list[dict]:
+    """Each trace checked on its own (its results in ``out/NNN-<trace>/``), one Spark session for all."""
+    from ..trace.replay import exit_code, replay_spark, run_local, spark_session
+
+    out = args.out or (None if args.local else "replay-out")
+    done: list[dict] = []
+
+    def each(spark=None) -> None:
+        for i, (trace, files) in enumerate(groups.items(), 1):
+            sub = f"{i:03d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', trace)[:60]}"
+            where = str(Path(out) / sub) if out else None
+            if args.local:
+                summary = run_local(files, args.search_bound, where)
+            else:
+                live.show(f"  trace {i}/{len(groups)} ...", force=True)
+                summary = replay_spark(files, where, args.master, args.search_bound, spark=spark, layout=args.layout,
+                                       reader=args.reader, progress=live)
+            verdict = {0: "valid", 1: "violation"}.get(exit_code(summary), "undecided") if summary.get("events") else "undecided"
+            done.append({"trace": trace, "files": files, "out": sub, "verdict": verdict, "summary": summary})
+
+    if args.local:
+        each()
+        return done
+    from pyspark.sql import SparkSession
+
+    live.show(f"  starting Spark ({args.master}) ...", force=True)
+    with spark_log() as log:
+        try:
+            active = SparkSession.getActiveSession()  # a notebook's or a test run's: used, left running
+            spark = active or spark_session(args.master)
+            try:
+                each(spark)
+            finally:
+                if active is None:
+                    spark.stop()
+        except Exception as error:
+            error.spark_log = log  # type: ignore[attr-defined]
+            raise
+    return done
+
+
+def many_verdict(done: list[dict], out: str | None) -> int:
+    """Each trace's summary, then one line for all: exit 1 if any has a violation, else 2 if any is
+    undecided (unknown pieces, unreadable, or no events: an empty trace proves nothing), else 0."""
+    for d in done:
+        print(f"trace {d['trace']!r} ({len(d['files'])} file{'s' if len(d['files']) > 1 else ''}): {d['verdict']}")
+        print_summary(d["summary"], None)
+    counts = {v: sum(d["verdict"] == v for d in done) for v in ("valid", "violation", "undecided")}
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "summary.json").write_text(json.dumps(
+            {"traces": [{k: d[k] for k in ("trace", "files", "out", "verdict")} for d in done], **counts}, indent=1))
+    print(f"{len(done)} traces: {counts['valid']} valid, {counts['violation']} with a violation, "
+          f"{counts['undecided']} undecided" + (f"; results: {out}" if out else ""))
+    return 1 if counts["violation"] else 2 if counts["undecided"] else 0
 
 
 def use_this_interpreter() -> None:
@@ -179,9 +248,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"sbconform replay: {problem}", file=sys.stderr)
         return 2
     live = LiveLine()  # a live line on a terminal only; the summary below either way
+    groups, done = traces_of(args.paths), None
     try:
         try:
-            if args.local:
+            if groups is not None and len(groups) > 1:
+                done = replay_many(groups, args, live)
+            elif args.local:
                 line = _LocalLine(live)
                 summary = run_local(args.paths, args.search_bound, args.out, progress=line if live.live else None)
                 line.last()
@@ -218,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
         said = unreadable_file(str(error)) or f"the replay failed, no verdict: {type(error).__name__}: {lines[0][:300] if lines else ''}"
         print(f"sbconform replay: {said}" + (f" (Spark's log: {log})" if log else ""), file=sys.stderr)
         return 2
+    if done is not None:
+        return many_verdict(done, args.out or (None if args.local else "replay-out"))
     print_summary(summary, args.out or (None if args.local else "replay-out"))
     if not summary.get("events"):
         print("sbconform replay: no events: an empty trace proves nothing (not valid)", file=sys.stderr)
