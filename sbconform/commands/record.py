@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..argtypes import port
+from .cost import positive
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         proxy = build(args.upstream, args.out, host, port, args.format, args.rotate, dict(args.key) if args.key else None,
-                      args.describe, args.on_record_error, args.trace_id, args.record_attach)
+                      args.describe, args.on_record_error, args.trace_id, args.record_attach,
+                      max_connections=args.max_connections)
     except UsageError as error:
         print(f"sbconform record: {error}", file=sys.stderr)
         return 2
@@ -162,4 +164,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write every successful link attach too (by default only failed ones: the replay checker does "
                         "not model attach yet, and a piece holding one replays as unknown)")
     p.add_argument("--trace-id", type=_trace_id, default=None, help="the trace id (default record-<UTC time>)")
+    p.add_argument("--max-connections", type=positive, default=256, metavar="N",
+                   help="client connections relayed at once; more are closed as they are accepted (default 256)")
     p.set_defaults(func=run)

@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from .frames import FrameError, Splitter
+from .frames import OPEN, FrameError, Splitter, decode
+
+#: AMQP 2.7.1: no peer may set max-frame-size below 512
+MIN_MAX_FRAME = 512
 from .interpret import ConnInterp
 
 if TYPE_CHECKING:
@@ -34,18 +37,30 @@ class End(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         if self.from_client:
+            proxy = self.proxy
+            if proxy.stats.open >= proxy.max_connections:  # a bound on what local clients can make it hold
+                proxy.stats.refused += 1
+                if proxy.stats.refused == 1 or proxy.stats.refused % 1000 == 0:
+                    proxy.say(f"{proxy.stats.open} connections relayed already (the limit): closing new ones "
+                              f"({proxy.stats.refused} so far)")
+                transport.close()
+                return
             self.pair = Pair(self.proxy, transport)
         else:
             assert self.pair is not None
             self.pair.upstream_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.pair is None:  # refused at accept
+            return
         if self.from_client:
             self.pair.from_client(data)
         else:
             self.pair.from_broker(data)
 
     def eof_received(self) -> bool:
+        if self.pair is None:
+            return False
         self.pair.eof(self.from_client)
         return True  # half-close: the other direction may still say its last frames
 
@@ -54,7 +69,8 @@ class End(asyncio.Protocol):
             self.pair.lost(self.from_client)
 
     def pause_writing(self) -> None:  # this side's write buffer is full: stop reading the other
-        self.pair.pause(not self.from_client, "full")
+        if self.pair is not None:
+            self.pair.pause(not self.from_client, "full")
 
     def resume_writing(self) -> None:
         self.pair.resume(not self.from_client, "full")
@@ -71,6 +87,7 @@ class Pair:
         self.paused: dict[bool, set] = {True: set(), False: set()}  # side (from_client) -> reasons
         self.ended: dict[bool, bool] = {True: False, False: False}
         self.c_split: Splitter | None = Splitter()
+        self.max_frame_known = False  # the broker's OPEN seen (its max-frame-size bounds c_split)
         self.u_split: Splitter | None = Splitter()
         self.backlog: list[bytes] = []  # client bytes received while a description is read
         self.describing = False
@@ -281,7 +298,27 @@ class Pair:
             self.proxy._note_raw(interp, error, False)
             return
         self.proxy.stats.frames += len(frames)
+        if self.c_split is not None and not self.max_frame_known:
+            self._take_max_frame(frames)
         self._interpret(frames, False)
+
+    def _take_max_frame(self, frames: list) -> None:
+        """The broker's OPEN says the largest frame it takes (AMQP 2.7.1 max-frame-size): a client
+        frame larger is one the broker refuses anyway, so the proxy holds no more of one than that
+        (past it the connection's bytes pass raw, uninterpreted: relay.py), not up to MAX_FRAME."""
+        for f in frames:
+            if f.header or f.type != 0:
+                continue
+            try:
+                code, fields, _ = decode(f)
+            except Exception:  # not a performative the proxy reads: the interpreter says so, the bound stays
+                continue
+            if code == OPEN:
+                self.max_frame_known = True
+                size = fields[2] if len(fields) > 2 and isinstance(fields[2], int) else None
+                if size is not None and self.c_split is not None:
+                    self.c_split.max_frame = max(MIN_MAX_FRAME, min(size, self.c_split.max_frame))
+                return
 
     def _interpret(self, frames: list, from_client: bool) -> None:
         """Frames already relayed, to the interpreter (its failures noted, never raised), then

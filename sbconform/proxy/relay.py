@@ -194,14 +194,22 @@ class Stats:
     frames: int = 0
     interpreter_errors: int = 0
     upstream_failures: int = 0
+    refused: int = 0  # client connections closed at accept: past max_connections
     errors: list = field(default_factory=list)
+
+
+#: client connections relayed at once; more are closed as they are accepted (each may hold one
+#: unfinished frame, bounded by the broker's max-frame-size: connection.Pair)
+MAX_CONNECTIONS = 256
 
 
 class Proxy:
     def __init__(self, upstream: Upstream, recording: Recording, listen_host: str = "127.0.0.1", listen_port: int = 5673,
                  describer: Callable[[str], dict | None] | None = None, on_record_error: str = "relay",
-                 ssl_context: ssl.SSLContext | None = None, say: Callable[[str], None] | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, say: Callable[[str], None] | None = None,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.upstream = upstream
+        self.max_connections = max_connections
         self.rec = recording
         self.listen_host = listen_host
         self.listen_port = listen_port

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Callable
 
 from .interpret import Recording
-from .relay import DEFAULT_KEYS, CbsRewriter, Describer, Proxy, parse_upstream
+from .relay import DEFAULT_KEYS, MAX_CONNECTIONS, CbsRewriter, Describer, Proxy, parse_upstream
 from .sink import PART_SECONDS, TraceSink
 
 
 def build(upstream_text: str, out: str | Path, listen_host: str = "127.0.0.1", listen_port: int = 5673, fmt: str = "jsonl",
           rotate_bytes: int = 256 * 1024 * 1024, keys: dict[str, str] | None = None, describe: str = "auto",
           on_record_error: str = "relay", trace: str | None = None, record_attach: bool = False, say: Callable[[str], None] | None = None,
-          part_seconds: float = PART_SECONDS) -> Proxy:
+          part_seconds: float = PART_SECONDS, max_connections: int = MAX_CONNECTIONS) -> Proxy:
     upstream = parse_upstream(upstream_text)
     failed: list[str] = []
     holder: dict = {}
@@ -33,7 +33,7 @@ def build(upstream_text: str, out: str | Path, listen_host: str = "127.0.0.1", l
                      upstream=f"{upstream.host}:{upstream.port}", upstream_tls=upstream.tls)
     rec = Recording(sink, CbsRewriter(upstream, dict(keys or DEFAULT_KEYS)), record_attach)
     describer = Describer(upstream, describe, say) if describe != "none" else None
-    proxy = Proxy(upstream, rec, listen_host, listen_port, describer, on_record_error, say=say)
+    proxy = Proxy(upstream, rec, listen_host, listen_port, describer, on_record_error, say=say, max_connections=max_connections)
     proxy.describer_obj = describer  # type: ignore[attr-defined]
     holder["proxy"] = proxy
     return proxy
