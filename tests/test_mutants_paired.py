@@ -85,16 +85,13 @@ SCENARIO_FOR = {
     "mutant-paired-no-grace": "a_partner_that_closes_within_5_seconds_ends_closed_not_faulted",
     "mutant-paired-faults-without-syphon": "without_the_syphon_in_the_process_nothing_is_faulted",
     "mutant-paired-partner-never-faulted": "the_syphon_faults_the_partner_still_open_5_seconds_later",
+    # caught since the reference's secondary namespace has a name of its own (it was the primary's)
+    "mutant-paired-backlog-named-after-secondary": "the_backlog_queues_are_named_after_the_primary_namespace",
 }
 
 #: mutants no scenario can catch today, and why: each must still pass the scenario named (strict
 #: xfail), so that the day it is caught it moves to SCENARIO_FOR
-SURVIVORS = {
-    # The reference's paired_namespace() (sbconform/targets/reference.py) names the secondary
-    # namespace like the primary ("sbconform"), as two local `sbconform serve` endpoints are both
-    # "localhost" through the SDK: a backlog path named after either namespace is the same string.
-    "mutant-paired-backlog-named-after-secondary": "the_backlog_queues_are_named_after_the_primary_namespace",
-}
+SURVIVORS: dict[str, str] = {}
 
 
 def test_every_paired_mutant_names_a_scenario_that_must_catch_it() -> None:
@@ -144,7 +141,7 @@ def test_paired_scenarios_catch(mutant: str, scenario_outcomes) -> None:
 
 
 @pytest.mark.needs("model-internals")
-@pytest.mark.parametrize("mutant", sorted(SURVIVORS))
+@pytest.mark.parametrize("mutant", sorted(SURVIVORS) or [pytest.param(None, marks=pytest.mark.skip(reason="no known survivor"))])
 @pytest.mark.xfail(strict=True, raises=NotCaught, reason="a known hole (SURVIVORS): its scenario cannot see this mutant yet")
 def test_known_survivors_still_survive(mutant: str, scenario_outcomes) -> None:
     _caught(mutant, SURVIVORS[mutant], scenario_outcomes)

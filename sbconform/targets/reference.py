@@ -157,7 +157,8 @@ class ReferenceTarget(Target):
         return self.namespace.name
 
     def paired_namespace(self) -> "ReferenceTarget":
-        target = ReferenceTarget(Namespace(clock=VirtualClock()), self.choose)
+        # a namespace of its own name: a backlog path named after the wrong one is then told apart (PAIR-BACKLOG-001)
+        target = ReferenceTarget(Namespace(f"{self.namespace.name}-secondary", clock=VirtualClock()), self.choose)
         target.capabilities = self.capabilities
         return target
 
