@@ -329,6 +329,14 @@ def failed_either(world: World, code: str, client: str) -> None:
     assert str(error.code) in (code, client), f"expected {code!r} (or {client!r}), got {error.code!s}: {error.text}"
 
 
+@step(r'the operation fails with either "(?P<one>[^"]+)" or "(?P<other>[^"]+)"')
+def failed_with_either(world: World, one: str, other: str) -> None:
+    """For a refusal the clause does not pin to one condition and brokers word two ways (an update the
+    management REST API refuses is HTTP 400, an argument error; over AMQP an invalid operation)."""
+    error = world.take_error()
+    assert str(error.code) in (one, other), f"expected {one!r} or {other!r}, got {error.code!s}: {error.text}"
+
+
 @step(r"the error (?P<tracking>has a tracking id and )?says a retry will not succeed")
 def error_details(world: World, tracking: str | None) -> None:
     error = world.error
