@@ -68,6 +68,9 @@ def test_bad_options_are_clear_errors(tmp_path: Path) -> None:
         ContainerTarget(config=str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="NAME=VALUE"):
         ContainerTarget(env="JUSTANAME")
+    for port in ("abc", "0", "70000"):  # said of the option, not as int()'s "invalid literal"
+        with pytest.raises(ValueError, match=rf"^port='{port}': expected"):
+            ContainerTarget(port=port)
     other = ContainerTarget(image="example.invalid/some-emulator:1")
     assert other.control_mode == "none" and "entity-management" not in other.capabilities
 
@@ -96,3 +99,19 @@ def test_serve_container_gives_connection_strings_out_and_the_kit_controls(image
     bad = {"UserConfig": {"Namespaces": [{"Name": "x", "Queues": [{"Name": "q", "Properties": {"MaxDeliveryCount": "three"}}]}]}}
     with pytest.raises(LocalServiceBusError, match=r"^config \(the dict given\): UserConfig\.Namespaces\[0\]\.Queues\[0\]\.Properties\.MaxDeliveryCount"):
         ServeContainer(config=bad, image=image).start()
+
+
+def test_an_image_that_is_not_here_and_cannot_be_pulled_is_one_line_not_every_clause_failing(tmp_path: Path) -> None:
+    # a typo in --option image= gave FAILED, 1 MUST clause failing, exit 1: the broker graded for the user's mistake
+    from sbconform.containers import EngineUnavailable, engine
+
+    try:
+        engine()
+    except EngineUnavailable as error:
+        pytest.skip(f"no container engine: {error}")
+    run = subprocess.run([sys.executable, "-m", "sbconform.cli", "certify", "--target", "container", "--option",
+                          "image=docker.io/library/nosuchimage-sbconform:1", "--clause", "SETTLE-COMP-001",
+                          "--report-dir", str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "nosuchimage-sbconform:1 is not here and could not be pulled" in lines[0], run.stderr

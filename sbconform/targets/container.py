@@ -101,7 +101,12 @@ class ContainerTarget(SdkTarget):
         if config is not None and not Path(config).is_file():
             raise ValueError(f"config={config!r}: no such file")
         self.config = config
-        self.container_port = int(port)
+        try:
+            self.container_port = int(port)
+        except ValueError:
+            raise ValueError(f"port={port!r}: expected the broker's AMQP port in the container, a number (default 5672)") from None
+        if not 0 < self.container_port < 65536:
+            raise ValueError(f"port={port!r}: expected a port number from 1 to 65535")
         self.ready = ready or ("listening on" if _ours(self.image) else "Emulator Service is Successfully Up")
         pairs = [item.partition("=") for item in env.split(",") if item.strip()]
         if any(not sep for _, sep, _ in pairs):

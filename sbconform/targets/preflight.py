@@ -57,8 +57,18 @@ def check_image(image: str) -> None:
     from ..containers import SERVE_IMAGE, EngineUnavailable, ensure_serve_image
 
     tag = image or SERVE_IMAGE
-    if "sbconform-serve" not in tag:
-        return  # another broker's image: the engine pulls or has it
+    if "sbconform-serve" not in tag:  # another broker's image: here, or pulled now (a typo was every clause failing)
+        from ..containers import engine
+
+        eng = engine()
+        if eng.has_image(tag):
+            return
+        print(f"sbconform: pulling {tag}", flush=True)
+        pulled = eng.run("pull", tag, capture_output=True, text=True)
+        if pulled.returncode != 0:
+            said = [line.strip() for line in (pulled.stderr or pulled.stdout or "").splitlines() if line.strip()]
+            raise PreflightError(f"the image {tag} is not here and could not be pulled ({said[-1][:300] if said else 'no reason given'})")
+        return
     try:
         ensure_serve_image(tag, log=lambda line: print(line, flush=True))
     except EngineUnavailable as error:
