@@ -126,7 +126,34 @@ def test_an_image_that_cannot_be_built_is_one_preflight_line(monkeypatch) -> Non
         preflight.check_image("")
     text = str(error.value)
     assert "\n" not in text and "could not be built (pip wheel failed: ERROR: could not build)" in text
-    preflight.check_image("mcr.microsoft.com/azure-messaging/servicebus-emulator:latest")  # not ours: nothing to build
+
+
+def test_another_brokers_image_is_never_built_only_found_or_pulled(monkeypatch) -> None:
+    from sbconform import containers
+    from sbconform.targets import preflight
+
+    class Engine:
+        def __init__(self, here: bool) -> None:
+            self.here, self.pulled = here, []
+
+        def has_image(self, tag: str) -> bool:
+            return self.here
+
+        def run(self, *args, **kwargs):
+            self.pulled.append(args)
+            return type("Done", (), {"returncode": 125, "stderr": "Error: pinging container registry: no such host\n", "stdout": ""})()
+
+    monkeypatch.setattr(containers, "ensure_serve_image", lambda *a, **k: pytest.fail("another broker's image was built"))
+    here = Engine(True)
+    monkeypatch.setattr(containers, "engine", lambda: here)
+    preflight.check_image("mcr.microsoft.com/azure-messaging/servicebus-emulator:latest")  # here: nothing to do
+    assert here.pulled == []
+    away = Engine(False)
+    monkeypatch.setattr(containers, "engine", lambda: away)
+    with pytest.raises(preflight.PreflightError, match=r"servicebus-emulator:latest is not here and could not be pulled "
+                                                       r"\(Error: pinging container registry: no such host\)$"):
+        preflight.check_image("mcr.microsoft.com/azure-messaging/servicebus-emulator:latest")
+    assert away.pulled == [("pull", "mcr.microsoft.com/azure-messaging/servicebus-emulator:latest")]
 
 
 def test_the_key_is_never_on_a_child_command_line(tmp_path: Path) -> None:
