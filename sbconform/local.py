@@ -47,7 +47,8 @@ _KEY = re.compile(r"SharedAccessKeyName=([^;]*);SharedAccessKey=([^;]*)")
 _WATCHED = """
 import os, signal, sys, threading
 def watch():
-    sys.stdin.buffer.read()
+    while os.read(0, 4096):  # the raw descriptor: a buffered reader's lock would hold up the exit a second
+        pass
     os.kill(os.getpid(), signal.SIGTERM)
 threading.Thread(target=watch, daemon=True).start()
 from sbconform.cli import main

@@ -118,7 +118,7 @@ def test_a_stuck_shard_is_stopped_and_its_unfinished_tests_fail_as_timed_out(tmp
     )
     monkeypatch.setenv("PYTHONPATH", str(plugin))
     started = time.monotonic()
-    code = certify("reference", tmp_path / "report", clauses=["SETTLE-DEFR-*"], jobs=2, shard_timeout=15,
+    code = certify("reference", tmp_path / "report", clauses=["SETTLE-DEFR-*"], jobs=2, shard_timeout=10,
                    pytest_args=["-p", "sb_stuck"])
     assert time.monotonic() - started < 120
     assert code == 1
@@ -127,8 +127,8 @@ def test_a_stuck_shard_is_stopped_and_its_unfinished_tests_fail_as_timed_out(tmp
     stuck = [s for s in scenarios if "not_deferred" in s["id"]]
     assert stuck and all(s["outcome"] == "fail" and s["reason"].startswith("timed out") for s in stuck)
     # the user's time limit stopped them: the reason says so, and the run is not complete
-    assert all("--shard-timeout 15 s" in s["reason"] for s in stuck)
-    assert "--shard-timeout 15 s" in report["summary"]["incomplete"] and "INCOMPLETE" in report["summary"]["verdict"]
+    assert all("--shard-timeout 10 s" in s["reason"] for s in stuck)
+    assert "--shard-timeout 10 s" in report["summary"]["incomplete"] and "INCOMPLETE" in report["summary"]["verdict"]
     assert any(s["outcome"] == "pass" for s in scenarios)  # the other tests' results survive
     assert not list((tmp_path / "report").glob("results.*.json*"))
 

@@ -33,7 +33,7 @@ def image():
 
 def test_certify_through_a_container(image, tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "sbconform.cli", "certify", "--target", "container", "--report-dir", str(tmp_path),
+        [sys.executable, "-m", "sbconform.cli", "certify", "--target", "container", "--report-dir", str(tmp_path), "--jobs", "1",
          "--clause", "settlement", "--", "tests/test_features.py", "-k", "(deferred or peek) and not purged and not expired"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
