@@ -1,5 +1,5 @@
 // The management REST API of `sbconform serve` through the JavaScript ServiceBusAdministrationClient,
-// as Service Bus answers it (tests/test_js_admin.py): error statuses and the codes the client makes of
+// as Service Bus answers it (tests/test_js_flows.py): error statuses and the codes the client makes of
 // them, what it refuses that the client does not check, runtime counts as the client parses them, paging,
 // forwarding, updates that take effect over AMQP. (admin.test.mjs: the basic operations.)
 import { test } from "node:test";
