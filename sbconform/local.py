@@ -61,10 +61,44 @@ class LocalServiceBusError(RuntimeError):
 
 
 class _KitControls:
-    """The kit's controls of a ``sbconform serve`` (its ``$sbconform`` node), for its holders below."""
+    """What both holders of a ``sbconform serve`` below share: the config (a path, or a dict written
+    to a file of their own), the life of a context manager, the connection strings, and the kit's
+    controls (its ``$sbconform`` node)."""
 
     _control: Any = None
     admin_connection_string: str
+
+    def __init__(self, config: str | os.PathLike | dict | None) -> None:
+        if config is not None and not isinstance(config, (str, os.PathLike, dict)):
+            raise TypeError(f"config: a Config.json path or a dict in its schema, not {type(config).__name__}")
+        self.config = config
+        self._folder: str | None = None  # where a dict config was written
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _config_path(self) -> str | None:
+        """The config as a file (a dict is written to a folder of its own, removed by ``_forget_config``)."""
+        path, self._folder = _config_file(self.config)
+        return path
+
+    def _config_problem(self, problem: str, path: str | None) -> str:
+        """A config error naming the dict given, not the file written for it."""
+        return problem.replace(path, "config (the dict given)") if isinstance(self.config, dict) and path else problem
+
+    def _forget_config(self) -> None:
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def _control_address(self) -> tuple[str, int, str, str]:
         """Host, AMQP port, key name and key of the running server (an error if it is not running)."""
@@ -124,20 +158,16 @@ class LocalServiceBus(_KitControls):
                  http_port: int = 0) -> None:
         """``port`` and ``http_port``: 0 (the default) picks free ones; 5672 and 5300 are the emulator's,
         for an application whose connection string names them."""
-        if config is not None and not isinstance(config, (str, os.PathLike, dict)):
-            raise TypeError(f"config: a Config.json path or a dict in its schema, not {type(config).__name__}")
+        super().__init__(config)
         for name, value in (("port", port), ("http_port", http_port)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
                 raise ValueError(f"{name}: a port number from 0 (any free port) to 65535, not {value!r}")
-        self.config = config
         self.host = host
         self.asked = (port, http_port)
         self.port: int | None = None
         self.http_port: int | None = None
         self.connection_string: str | None = None
         self._process: subprocess.Popen | None = None
-        self._folder: str | None = None
-        self._control: Any = None
         self._drainer: threading.Thread | None = None
         self._output: deque[str] = deque(maxlen=20)  # the server's last lines, for an error
 
@@ -147,9 +177,9 @@ class LocalServiceBus(_KitControls):
             raise LocalServiceBusError("this LocalServiceBus is already started (one server per instance)")
         args = [sys.executable, "-c", _WATCHED, "serve", "--host", self.host, "--port", str(self.asked[0]),
                 "--http-port", str(self.asked[1])]
-        config, self._folder = _config_file(self.config)
+        config = self._config_path()
         if config is not None:
-            args += ["--config", os.fspath(config)]
+            args += ["--config", config]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          text=True, env=env)
@@ -157,9 +187,7 @@ class LocalServiceBus(_KitControls):
         match = _LISTENING.search(first)
         if not match:
             rest = self._process.stdout.read() if self._exited() else ""  # type: ignore[union-attr]
-            problem = _one_line(first + rest) or "sbconform serve did not start"
-            if self._folder is not None:  # a dict: name it, not the file written for it
-                problem = problem.replace(os.fspath(config), "config (the dict given)")  # type: ignore[arg-type]
+            problem = self._config_problem(_one_line(first + rest) or "sbconform serve did not start", config)
             self.stop()
             raise LocalServiceBusError(problem)
         self.port, self.http_port = int(match[1]), int(match[2])
@@ -179,15 +207,7 @@ class LocalServiceBus(_KitControls):
             for pipe in (process.stdin, process.stdout):
                 if pipe is not None and not pipe.closed:
                     pipe.close()
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
-
-    def __enter__(self) -> "LocalServiceBus":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._forget_config()
 
     # ------------------------------------------------------------ endpoints
     @property
@@ -201,7 +221,7 @@ class LocalServiceBus(_KitControls):
     def admin_connection_string(self) -> str:
         """For ``ServiceBusAdministrationClient``: the management REST API's port (5300 on the emulator)."""
         name, key = self._started().key
-        return f"Endpoint=sb://localhost:{self.http_port};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true;"
+        return _emulator_string("localhost", self.http_port, name, key)  # type: ignore[arg-type]
 
     def _control_address(self) -> tuple[str, int, str, str]:
         self._started()
@@ -257,12 +277,9 @@ class ServeContainer(_KitControls):
     AMQP_PORT, HTTP_PORT = 5672, 5300
 
     def __init__(self, config: str | os.PathLike | dict | None = None, *, image: str | None = None) -> None:
-        if config is not None and not isinstance(config, (str, os.PathLike, dict)):
-            raise TypeError(f"config: a Config.json path or a dict in its schema, not {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.image = image
         self.container: Any = None
-        self._folder: str | None = None
         self._key: tuple[str, str] = ("", "")
 
     def start(self) -> "ServeContainer":
@@ -275,13 +292,11 @@ class ServeContainer(_KitControls):
 
         if self.container is not None:
             raise LocalServiceBusError("this ServeContainer is already started (one container per instance)")
-        path, self._folder = _config_file(self.config)
+        path = self._config_path()
         try:
             config = load_config(path)  # its errors here, in one line, rather than a container that never says it is up
         except ConfigError as error:
-            problem = str(error)
-            if isinstance(self.config, dict):
-                problem = problem.replace(path, "config (the dict given)")  # type: ignore[arg-type]
+            problem = self._config_problem(str(error), path)
             self.stop()
             raise LocalServiceBusError(problem) from None
         self._key = next(iter(config.keys.items()))
@@ -307,15 +322,7 @@ class ServeContainer(_KitControls):
                 container.stop()
             except Exception:
                 pass
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
-
-    def __enter__(self) -> "ServeContainer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._forget_config()
 
     def get_connection_string(self) -> str:
         """For ServiceBusClient (AMQP)."""
@@ -330,8 +337,7 @@ class ServeContainer(_KitControls):
         return self.get_management_connection_string()
 
     def _connection_string(self, port: int) -> str:
-        host, mapped, name, key = self._endpoint(port)
-        return f"Endpoint=sb://{host}:{mapped};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true;"
+        return _emulator_string(*self._endpoint(port))
 
     def _endpoint(self, port: int) -> tuple[str, int, str, str]:
         if self.container is None:
@@ -340,6 +346,11 @@ class ServeContainer(_KitControls):
 
     def _control_address(self) -> tuple[str, int, str, str]:
         return self._endpoint(self.AMQP_PORT)
+
+
+def _emulator_string(host: str, port: int, key_name: str, key: str) -> str:
+    """A connection string the SDKs take for a local endpoint (plain AMQP or HTTP, as the emulator's)."""
+    return f"Endpoint=sb://{host}:{port};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true;"
 
 
 def _path(entity: str) -> str:
