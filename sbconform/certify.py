@@ -146,7 +146,7 @@ def _sweep_session(session: str) -> None:
 
 def _certify(target, report_dir, options, connection_string, expectations, hypothesis_profile, pytest_args, clauses,
              trace_dir, jobs, shard_timeout, junit_xml, html, progress, out) -> int:
-    if not connection_string and target == "sdk" and not _serves(options):
+    if not connection_string and _takes_exported(target, options):
         connection_string = os.environ.get(CONNECTION_STRING_ENV)  # a default: for the one target that takes one, unless
     connection_string = connection_string or None  # it starts its own server (the others refused it, never given)
     report_dir = Path(report_dir).absolute()  # the test processes run in the kit's root, not the caller's directory
@@ -479,14 +479,14 @@ class _Run:
             live.finish(keep=True)
 
 
-def _serves(options: Sequence[str]) -> bool:
-    """Does ``--option serve=...`` ask the sdk target to start its own server?"""
-    from .targets import boolean_option
+def _takes_exported(target: str, options: Sequence[str]) -> bool:
+    """``takes_exported_namespace`` of the ``--option`` items (malformed ones: the target's check says so)."""
+    from .targets import parse_options, takes_exported_namespace
 
     try:
-        return any(o.partition("=")[0].strip() == "serve" and boolean_option("serve", o.partition("=")[2]) for o in options)
+        return takes_exported_namespace(target, parse_options(list(options)))
     except ValueError:
-        return False  # the target's own check says what is wrong with it
+        return target == "sdk"
 
 
 def _options_only(args: list[str], root: Path) -> list[str]:

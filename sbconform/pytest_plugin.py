@@ -35,7 +35,7 @@ from sbspec.catalog import CLAUSE_ID
 from .report import clause_patterns, selects
 from .results import Collected, Outcome, RunResults, TestMeta, TestResult, make_result
 from .secrets import ENV as CONNECTION_STRING_ENV, mask
-from .targets import Target, make_target, names, parse_options
+from .targets import Target, make_target, names, parse_options, takes_exported_namespace
 
 #: pytest's outcome words -> the record's
 OUTCOMES: dict[str, Outcome] = {"passed": "pass", "failed": "fail", "skipped": "skip", "xfail": "xfail", "xpass": "xpass"}
@@ -96,23 +96,13 @@ def target_options(config: pytest.Config) -> dict[str, Any]:
     except ValueError as error:
         raise pytest.UsageError(f"--sb-option: {error}") from None
     connection_string = config.getoption("--sb-connection-string")
-    if not connection_string and config.getoption("--sb-target") == "sdk" and not _serves(options):
+    if not connection_string and takes_exported_namespace(config.getoption("--sb-target"), options):
         # the exported namespace is a default for the one target that takes one, as certify has it:
         # `pytest --sb-target reference` in the shell README tells to export it must still run
         connection_string = os.environ.get(CONNECTION_STRING_ENV)
     if connection_string:
         options["connection_string"] = connection_string
     return options
-
-
-def _serves(options: dict[str, Any]) -> bool:
-    """Does ``--sb-option serve=...`` ask the sdk target to start its own server?"""
-    from .targets import boolean_option
-
-    try:
-        return "serve" in options and boolean_option("serve", str(options["serve"]))
-    except ValueError:
-        return False  # the target's own check says what is wrong with it
 
 
 class TargetSession:

@@ -114,6 +114,18 @@ def boolean_option(name: str, value: Any) -> bool:
     raise ValueError(f"{name}={value!r}: expected true or false (also yes/no, 1/0)")
 
 
+def takes_exported_namespace(name: str, options: dict[str, Any]) -> bool:
+    """Is ``$SBCONFORM_CONNECTION_STRING`` (exported, never typed) the namespace of target ``name``?
+    Only the sdk target takes a connection string, and not with ``serve=true`` (it starts its own
+    server): for every other run the variable may stay exported. Certify and the pytest plugin ask."""
+    if name != "sdk":
+        return False
+    try:
+        return not ("serve" in options and boolean_option("serve", str(options["serve"])))
+    except ValueError:
+        return True  # the target's own check says what is wrong with serve=
+
+
 def parse_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["serve=true", "control=none"]`` -> ``{"serve": "true", "control": "none"}`` (dashes in
     names become underscores); an item without ``=`` is a ValueError."""
@@ -127,4 +139,4 @@ def parse_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
 
 
 __all__ = ["PEEK_LOCK", "RECEIVE_AND_DELETE", "Handle", "Received", "Target", "boolean_option", "make_target", "names",
-           "parse_options", "register"]
+           "parse_options", "register", "takes_exported_namespace"]
