@@ -51,6 +51,7 @@ from .azure_admin import split_path  # noqa: F401
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient  # noqa: F401
 from .sdk_clock import OPEN_POLL_MS, ClockMixin, close_sdk_client, set_open_poll
 from .sdk_messages import MessagesMixin
+from .sdk_offset import BrokerClockMixin, ClockOffset
 from .sdk_provision import ProvisioningMixin, RestProvisioner
 from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules import them from here)
     _CONDITION_CODES,
@@ -71,12 +72,11 @@ from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules impor
 from .proton_client import ControlClient, LowLevelClient, _proton_message  # noqa: E402,F401
 from .serve_process import _SERVE_LOCK, _TIERS, ServeProcess, premium_server, shared_server, tier_server  # noqa: E402,F401
 
-class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
+class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, Target):
     name = "sdk"
     capabilities = CAPABILITIES
     lacking: Mapping[str, str] = LACKING
     empty_wait = 1000
-    clock_tolerance = 300  # how far apart the client's and the broker's clocks (and one call's latency) may be
     clock_runs_in_real_time = True  # with time=virtual too: moved on, and running between moves
 
     def __init__(
@@ -143,6 +143,7 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
         self.rest_port: int | None = None  # the management REST port of an sbconform serve this target started
         self.time_control = False  # the endpoint's clock can be moved on (sbconform serve)
         self.skew = 0  # ms the endpoint's clock was moved on since open
+        self.broker_clock = ClockOffset(0, 0, "not measured yet")  # the broker's clock minus ours (sdk_offset)
         self.clock_partners: list[SdkTarget] = []
         if control == "none":
             self.capabilities = CAPABILITIES - {"entity-management", "partition-outage", "entity-outage", "premium-namespace", "small-quota"}
@@ -159,7 +160,7 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
 
         where = "sbconform serve (started by the target)" if self.serve else "connection string"
         return {**super().describe(), "sdk": f"azure-servicebus {azure.servicebus.__version__}", "endpoint": where,
-                "open_poll_ms": self.open_poll_ms, "lacking": dict(self.lacking)}
+                "open_poll_ms": self.open_poll_ms, "broker clock": self.said_clock(), "lacking": dict(self.lacking)}
 
     # -------------------------------------------------------------- lifecycle
     def open(self) -> None:
@@ -197,8 +198,11 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
                 # as on any Service Bus; the control node for outages and virtual time (sdk_provision)
                 self.control = RestProvisioner(self._rest_admin(parts, http_port), self.control)
         self.client = ServiceBusClient.from_connection_string(self.connection_string, retry_total=1, retry_backoff_factor=0.2)
+        self._suffix = uuid.uuid4().hex[:8]
+        if not self.virtual_time:  # real time: the broker's stamps are read on its clock, measured (sdk_offset)
+            self.broker_clock = self._measure_broker_clock()
         self.t0 = time.monotonic()
-        self.t0_epoch_ms = int(time.time() * 1000)
+        self.t0_epoch_ms = int(time.time() * 1000) + self.broker_clock.offset
         self.skew = 0
         if self.virtual_time and not (isinstance(self._node(), ControlClient) and self._offers_time_control()):
             raise RuntimeError("sbconform serve started by the target offers no advance-time on its $sbconform node")
@@ -207,9 +211,9 @@ class SdkTarget(ClockMixin, ProvisioningMixin, MessagesMixin, Target):
             # server): the target's zero is the endpoint's wire time now
             self.t0_epoch_ms = int(server_clock["epoch"]) + int(server_clock["now"])
             self.time_control = True
+            self.broker_clock = ClockOffset(0, 0, "virtual time: read from the endpoint's $sbconform node")
             self.capabilities = self.capabilities | {"virtual-time"}
             self.lacking = {k: v for k, v in self.lacking.items() if k != "virtual-time"}
-        self._suffix = uuid.uuid4().hex[:8]
         self._opened = True
 
     def _node(self) -> Any:
