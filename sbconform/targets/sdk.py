@@ -26,6 +26,12 @@ Options (``--sb-option KEY=VALUE`` / ``sbconform certify --option``):
   (the default) is ``virtual`` with ``serve=true`` (an endpoint the target started, whose clock
   nobody else reads) and ``real`` otherwise.
 
+- ``tier=auto|Basic|Standard|Premium``, ``admin_connection_string=<connection string>``: the
+  namespace's tier, read from the service (``get_namespace_properties``: on Azure through the
+  connection string; on a development endpoint through its management API's string); ``tier`` is the
+  user's word when the service refuses. Outcomes that differ between it and the Standard tier the
+  scenarios grade are not graded (``sdk_tier``).
+
 - ``open_poll_ms=<ms>``: how long the SDK sleeps between two looks at a sender or receiver it is
   opening (default 2; the SDK's own is 50, which made every open take 0.46 s against sbconform
   serve). The same frames go out and come back; only the client looks at them sooner
@@ -33,7 +39,7 @@ Options (``--sb-option KEY=VALUE`` / ``sbconform certify --option``):
 
 In real time ``wait`` sleeps and ``now`` is wall-clock milliseconds since the target opened, so
 scenarios use short lock durations (5 s). ``clock_tolerance`` tells the steps and the
-differential machine how far apart two clocks may be.
+differential machine how far apart two clocks may be; the broker's offset is measured (``sdk_offset``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, Trans
 from .sdk_clock import OPEN_POLL_MS, ClockMixin, close_sdk_client, set_open_poll
 from .sdk_messages import MessagesMixin
 from .sdk_offset import BrokerClockMixin, ClockOffset
+from .sdk_tier import TierMixin
 from .sdk_provision import ProvisioningMixin, RestProvisioner
 from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules import them from here)
     _CONDITION_CODES,
@@ -70,9 +77,9 @@ from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules impor
 
 # ------------------------------------------------------------ our own server and plain AMQP clients
 from .proton_client import ControlClient, LowLevelClient, _proton_message  # noqa: E402,F401
-from .serve_process import _SERVE_LOCK, _TIERS, ServeProcess, premium_server, shared_server, tier_server  # noqa: E402,F401
+from .serve_process import _SERVE_LOCK, _TIERS, ServeProcess, premium_server, shared_server, tier_server  # noqa: E402,F401  (re-exported)
 
-class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, Target):
+class SdkTarget(TierMixin, BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, Target):
     name = "sdk"
     capabilities = CAPABILITIES
     lacking: Mapping[str, str] = LACKING
@@ -88,6 +95,8 @@ class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, 
         secondary: str | None = None,
         time: str = "auto",
         open_poll_ms: str | float = OPEN_POLL_MS,
+        tier: str = "auto",
+        admin_connection_string: str | None = None,
     ) -> None:
         try:
             import azure.servicebus  # noqa: F401
@@ -151,6 +160,7 @@ class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, 
         elif control == "admin":
             self.capabilities = CAPABILITIES - set(AZURE_LACKING)
             self.lacking = {**LACKING, **AZURE_LACKING}
+        self._learn_tier(tier, admin_connection_string)  # the namespace's SKU, from the service (sdk_tier)
         if (serve or secondary) and control != "none":
             self.capabilities = self.capabilities | {"paired-namespaces"}
             self.lacking = {k: v for k, v in self.lacking.items() if k != "paired-namespaces"}
@@ -160,7 +170,8 @@ class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, 
 
         where = "sbconform serve (started by the target)" if self.serve else "connection string"
         return {**super().describe(), "sdk": f"azure-servicebus {azure.servicebus.__version__}", "endpoint": where,
-                "open_poll_ms": self.open_poll_ms, "broker clock": self.said_clock(), "lacking": dict(self.lacking)}
+                "open_poll_ms": self.open_poll_ms, "broker clock": self.said_clock(), "tier": self.said_tier(),
+                "lacking": dict(self.lacking)}
 
     # -------------------------------------------------------------- lifecycle
     def open(self) -> None:
@@ -264,29 +275,6 @@ class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, 
         if self.pairing_lock is not None:
             self.pairing_lock.close()
             self.pairing_lock = None
-
-    def premium_namespace(self, partition_count: int) -> "SdkTarget":
-        """With ``serve=true``: a target on another ``sbconform serve``, started with a
-        partitioned Premium namespace of ``partition_count`` partitions (Sku Premium,
-        PartitionCount in its config). The caller closes it."""
-        self.require("premium-namespace")
-        server = premium_server(partition_count)
-        target = SdkTarget(connection_string=server.connection_string, control=self.control_mode, prefix=self.prefix)
-        target.capabilities, target.lacking = self.capabilities, self.lacking
-        # provisioned through its control node: the management REST API answers 400 for both an
-        # invalid operation and a bad argument, and the Premium scenarios grade which one it is
-        target.open()
-        return target
-
-    def basic_namespace(self) -> "SdkTarget":
-        """With ``serve=true``: a target on another ``sbconform serve``, started with a Basic
-        namespace (Sku Basic in its config). The caller closes it."""
-        self.require("basic-namespace")
-        server = tier_server("Basic")
-        target = SdkTarget(connection_string=server.connection_string, control=self.control_mode, prefix=self.prefix)
-        target.capabilities, target.lacking = self.capabilities, self.lacking
-        target.open()
-        return target
 
     # ------------------------------------------------------- paired namespaces (paired_sdk)
     def paired_namespace(self) -> "SdkTarget":
@@ -396,6 +384,7 @@ class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, 
 
     # -------------------------------------------------------------- messaging
     def send(self, sender: Handle, messages: Sequence[Message], batch: bool = False) -> list[int | None]:
+        self._tier_guard_send(messages, batch)
         client = sender.private
         if batch:
             def send_batch() -> None:
@@ -410,6 +399,7 @@ class SdkTarget(BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, 
         return [None] * len(messages)  # the SDK does not say which sequence number a send got
 
     def schedule(self, sender: Handle, messages: Sequence[Message], enqueue_time: int) -> list[int]:
+        self._tier_guard_send(messages, False)
         return list(self._call(lambda: sender.private.schedule_messages([self._sdk_message(m) for m in messages], self._datetime(enqueue_time))))
 
     def cancel_scheduled(self, sender: Handle, sequence_numbers: Sequence[int]) -> None:
