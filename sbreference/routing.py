@@ -119,11 +119,21 @@ class Routing:
                 )
             return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
         entity = self._entity(parsed.key)
+        if entity.kind == "topic":
+            self._date_rules(entity)
         if dead_letter:
             if entity.kind != "queue":
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{path}': topics have no dead-letter queue.")
             return entity, entity.store.dead_letter_queue
         return entity, None
+
+    def _date_rules(self, topic: Entity) -> None:
+        """RULES-SQL-016: the dates a subscription's filters see (sys.EnqueuedTimeUtc) are the clock's: its start
+        (a server's ``epoch_ms``; the virtual clock's is 1970-01-01T00:00:00Z) plus the model's milliseconds. Set
+        whenever the topic's route is resolved, which a new subscription or rule makes happen again."""
+        epoch = getattr(self.clock, "epoch_ms", 0)
+        for sub in topic.subscriptions.values():
+            sub.rules.epoch_ms = epoch
 
     def _receiving_store(self, path: str, use: bool = True) -> MessageStore:
         route = self._routes.get(path)

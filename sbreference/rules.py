@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ErrorCode, ServiceBusError
 from .message import Message
+from .timevalues import is_time, outward, same_time
 from .sqlfilter import (
     SYSTEM_PROPERTIES,
     UNKNOWN,
@@ -60,13 +61,16 @@ CORRELATION_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
-def properties_of(message: Message, sequence_number: int | None = None, enqueued_time: int | None = None, size: int | None = None) -> Properties:
-    """What a filter sees of a message: its system properties and its application properties."""
+def properties_of(
+    message: Message, sequence_number: int | None = None, enqueued_time: int | None = None, size: int | None = None,
+    epoch_ms: int = 0,
+) -> Properties:
+    """What a filter sees of a message: its system properties and its application properties (times: RULES-SQL-016)."""
     system = {f: getattr(message, f) for f in set(SYSTEM_PROPERTIES.values()) if hasattr(message, f)}
     system["sequence_number"] = sequence_number
     system["enqueued_time"] = enqueued_time
     system["size"] = size
-    return Properties(system, message.application_properties)
+    return Properties(system, message.application_properties, epoch_ms)
 
 
 # ----------------------------------------------------------------------- filters
@@ -89,13 +93,19 @@ class FalseFilter:
 
 
 def _same(expected: Any, actual: Any) -> bool:
-    """Correlation equality: strings case-sensitively; numbers by value; otherwise type and value."""
+    """Correlation equality: strings case-sensitively; numbers by value; dates by instant (RULES-CORR-004);
+    otherwise type and value."""
     if actual is None or actual is UNKNOWN:
         return False
+    timed = same_time(expected, actual)
+    if timed is not None:
+        return timed
     num = (int, float)
     if isinstance(expected, num) and not isinstance(expected, bool) and isinstance(actual, num) and not isinstance(actual, bool):
         return expected == actual
     return type(expected) is type(actual) and expected == actual
+
+
 
 
 @dataclass(frozen=True)
@@ -120,10 +130,11 @@ class CorrelationFilter:
         for key, value in self.properties.items():
             if not isinstance(key, str) or not key:
                 raise ServiceBusError(ErrorCode.ARGUMENT_ERROR, f"correlation filter property name {key!r} is not a non-empty string", transient=False)
-            if not isinstance(value, (str, int, float, bool)):
+            if not isinstance(value, (str, int, float, bool)) and not is_time(value):  # RULES-CORR-004: dates, durations
                 raise ServiceBusError(
                     ErrorCode.ARGUMENT_ERROR,
-                    f"correlation filter property {key!r}: values are strings, numbers or booleans, not {type(value).__name__}",
+                    f"correlation filter property {key!r}: values are strings, numbers, booleans, dates or durations, "
+                    f"not {type(value).__name__}",
                     transient=False,
                 )
 
@@ -198,7 +209,7 @@ class SqlRuleAction:
 
     def apply(self, message: Message, props: Properties) -> Message:
         """The annotated copy; statements run in order, each seeing the earlier ones' changes."""
-        current = Properties(props.system, message.application_properties)  # copies: the message stays as sent
+        current = Properties(props.system, message.application_properties, props.epoch_ms)  # copies: the message stays as sent
         system, user = current.system, current.user  # each statement sees the earlier ones' changes
         evaluator = Evaluator(current)
         for st in self.statements:
@@ -228,7 +239,7 @@ class SqlRuleAction:
                 if key is not None:
                     del user[key]
                 continue
-            value = evaluator.eval(st.value)
+            value = outward(evaluator.eval(st.value))  # a date or duration as the host stores it (RULES-SQL-016)
             if value is UNKNOWN:
                 value = None
             if key is not None:
@@ -273,7 +284,12 @@ def default_rule() -> Rule:
 
 
 class RuleSet:
-    """A subscription's rules, by name (case-insensitive), in the order they were added."""
+    """A subscription's rules, by name (case-insensitive), in the order they were added.
+
+    ``epoch_ms``: the UTC instant (epoch milliseconds) of the model's time 0, for the dates a filter sees
+    (sys.EnqueuedTimeUtc, RULES-SQL-016): 1970-01-01T00:00:00Z unless set (a server on real time sets its start)."""
+
+    epoch_ms = 0
 
     def __init__(self, rules: Sequence[Rule] | None = None) -> None:
         self.rules: dict[str, Rule] = {}
@@ -349,7 +365,7 @@ def route(
         (only,) = rules.rules.values()
         if only.action is None and isinstance(only.filter, TrueFilter):
             return Routed(copies=(message,))
-    props = properties_of(message, sequence_number, enqueued_time, size)
+    props = properties_of(message, sequence_number, enqueued_time, size, rules.epoch_ms)
     plain = False
     copies: list[Message] = []
     for rule in rules.rules.values():

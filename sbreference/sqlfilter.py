@@ -47,6 +47,7 @@ from .sqlparse import (
     syntax_error,
     tokenize,
 )
+from .timevalues import MAX_US, Instant, Span, compare_times, is_time, negate_time, time_arithmetic, time_name
 
 # ------------------------------------------------------------------ properties
 
@@ -77,15 +78,34 @@ WRITABLE_SYSTEM_PROPERTIES = frozenset(
 _STRING_SYSTEM = frozenset(WRITABLE_SYSTEM_PROPERTIES - {"time_to_live", "scheduled_enqueue_time"})
 
 
+#: RULES-SQL-016: system properties the model keeps as virtual milliseconds and a filter sees as a DateTime
+#: (an instant: the rules' epoch plus the milliseconds) or a TimeSpan (a length), as BrokeredMessage has them.
+INSTANT_FIELDS = frozenset({"enqueued_time", "scheduled_enqueue_time"})
+DURATION_FIELDS = frozenset({"time_to_live"})
+
+
 class Properties:
     """What a filter sees of one message: system values by field, user properties by key.
 
     User property names are case-insensitive (an exact key wins over a differently cased one).
+    ``epoch_ms``: the UTC instant, in epoch milliseconds, of the model's time 0 (RULES-SQL-016).
     """
 
-    def __init__(self, system: Mapping[str, Any], user: Mapping[str, Any]) -> None:
+    def __init__(self, system: Mapping[str, Any], user: Mapping[str, Any], epoch_ms: int = 0) -> None:
         self.system = dict(system)
         self.user = dict(user)
+        self.epoch_ms = epoch_ms
+
+    def system_value(self, field: str) -> Any:
+        """The value of a system field as a filter sees it: times as DateTime and TimeSpan (RULES-SQL-016)."""
+        v = self.system.get(field)
+        if v is None or type(v) is not int:
+            return v
+        if field in INSTANT_FIELDS:  # past DateTime.MaxValue (never): the largest DateTime
+            return Instant(min((self.epoch_ms + v) * 1000, MAX_US))
+        if field in DURATION_FIELDS:
+            return Span(v * 1000)
+        return v
 
     def user_key(self, name: str) -> str | None:
         if name in self.user:
@@ -105,7 +125,7 @@ class Properties:
     def get(self, scope: str, name: str) -> Any:
         """The value, ``None`` for a null value, ``UNKNOWN`` for a non-existent user property."""
         if scope == "sys":
-            return self.system.get(self.system_field(name))
+            return self.system_value(self.system_field(name))
         key = self.user_key(name)
         return UNKNOWN if key is None else self.user[key]
 
@@ -128,7 +148,7 @@ def type_name(v: Any) -> str:
         return "double"
     if isinstance(v, str):
         return "string"
-    return type(v).__name__
+    return time_name(v) or type(v).__name__
 
 
 def cs_string(v: Any) -> str:
@@ -160,6 +180,14 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
     by zero an error), a double makes it double; + with a string concatenates."""
     if _missing(a) or _missing(b):
         return UNKNOWN
+    if is_time(a) or is_time(b):  # RULES-SQL-016
+        try:
+            result = time_arithmetic(op, a, b)
+        except OverflowError:
+            raise FilterEvaluationError(f"'{op}' on {type_name(a)} and {type_name(b)} is out of DateTime's range") from None
+        if result is None:
+            raise FilterEvaluationError(f"operator '{op}' cannot be applied to operands of type {type_name(a)} and {type_name(b)}")
+        return result
     if op == "+" and (isinstance(a, str) or isinstance(b, str)):
         if isinstance(a, (str, int, float, bool)) and isinstance(b, (str, int, float, bool)):
             joined = cs_string(a) + cs_string(b)
@@ -200,21 +228,30 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
 def negate(a: Any) -> Any:
     if _missing(a):
         return UNKNOWN
+    span = negate_time(a)
+    if span is not None:
+        return span  # TimeSpan has a unary minus (RULES-SQL-016)
     if not _is_number(a):
         raise FilterEvaluationError(f"operator '-' cannot be applied to an operand of type {type_name(a)}")
     return _int64(-a) if isinstance(a, int) else -a
 
 
 def compare(op: str, a: Any, b: Any) -> Any:
-    """Comparison with C#'s binding: numbers promote (long to double); strings, booleans and
-    other values of one type compare for (in)equality only; other pairs are binding errors."""
+    """Comparison with C#'s binding: numbers promote (long to double); two dates or two durations are
+    ordered (RULES-SQL-016); strings, booleans and other values of one type compare for (in)equality
+    only; other pairs are binding errors."""
     if _missing(a) or _missing(b):
         return UNKNOWN
     if _is_number(a) and _is_number(b):
         if isinstance(a, float) or isinstance(b, float):
             a, b = float(a), float(b)
         return {"=": a == b, "<>": a != b, ">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b}[op]
-    if type(a) is type(b) and not _is_number(a):
+    kind = type(a)
+    if kind is not type(b) or (kind is not str and kind is not bool):
+        timed = compare_times(op, a, b)
+        if timed is not None:
+            return timed
+    if kind is type(b) and not _is_number(a):
         if op == "=":
             return a == b
         if op == "<>":
@@ -347,7 +384,7 @@ class Evaluator:
             return negate(self.eval(node[1]))
         if kind == "pos":
             v = self.eval(node[1])
-            if not _missing(v) and not _is_number(v):
+            if not _missing(v) and not _is_number(v) and time_name(v) != "TimeSpan":
                 raise FilterEvaluationError(f"operator '+' cannot be applied to an operand of type {type_name(v)}")
             return UNKNOWN if _missing(v) else v
         if kind == "isnull":

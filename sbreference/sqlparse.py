@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .errors import ErrorCode, ServiceBusError
+from .timevalues import is_time
 
 #: SQL filter and action texts are at most 1024 characters; an action has at most 32 statements
 #: (https://learn.microsoft.com/en-us/azure/service-bus-messaging/service-bus-quotas).
@@ -356,8 +357,10 @@ class _Parser:
             if name not in self.parameters:
                 raise self.error(f"parameter {t.value} has no value", t)
             value = self.parameters[name]
-            if not isinstance(value, (str, int, float, bool)) or (isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX):
-                raise self.error(f"parameter {t.value} must be a string, a 64-bit integer, a double or a boolean", t)
+            # RULES-SQL-016: dates and durations too (the REST API's d6p1:dateTime and d6p1:duration parameters)
+            if not (isinstance(value, (str, int, float, bool)) or is_time(value)) or (
+                    isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX):
+                raise self.error(f"parameter {t.value} must be a string, a 64-bit integer, a double, a boolean, a date or a duration", t)
             return ("const", value)
         if t.kind == "op" and t.value == "(":
             self.i += 1

@@ -6,6 +6,7 @@ Pure functions; ``admin_http`` serves them."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -26,7 +27,12 @@ INT32_MAX = 2**31 - 1
 
 def _value_type(value: Any) -> tuple[str, str]:
     """A key-value pair's value as (xs type, text), as the .NET data contract writes it
-    (the Python SDK's ``serialize_value_type`` reads and writes the same names)."""
+    (the Python SDK's ``serialize_value_type`` reads and writes the same names): dates as
+    ``dateTime`` in UTC, durations as ``duration`` (RULES-CORR-004, RULES-SQL-016)."""
+    if isinstance(value, dt.datetime):
+        return "dateTime", _date_text(value)
+    if isinstance(value, dt.timedelta):
+        return "duration", _duration_text(value)
     if isinstance(value, bool):
         return "boolean", "true" if value else "false"
     if isinstance(value, int):
@@ -34,6 +40,42 @@ def _value_type(value: Any) -> tuple[str, str]:
     if isinstance(value, float):
         return "double", repr(value)
     return "string", str(value)
+
+
+def _date_text(value: dt.datetime) -> str:
+    """A DateTime as XmlConvert writes a UTC one: ``2026-01-01T00:00:00Z``, fractional seconds without
+    trailing zeros (a date without an offset is UTC, RULES-CORR-004)."""
+    value = (value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value).astimezone(dt.timezone.utc)
+    text = value.strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+    return text + "Z"
+
+
+def _duration_text(value: dt.timedelta) -> str:
+    """A TimeSpan as an xs:duration (``PT1M30S``, ``-P1DT2H``, ``PT0.25S``)."""
+    sign, value = ("-", -value) if value < dt.timedelta(0) else ("", value)
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    whole = f"{seconds}.{value.microseconds:06d}".rstrip("0").rstrip(".") if value.microseconds else str(seconds)
+    time_part = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "") + (f"{whole}S" if whole != "0" else "")
+    out = "P" + (f"{value.days}D" if value.days else "") + ("T" + time_part if time_part else "")
+    return sign + (out if out != "P" else "PT0S")
+
+
+_XS_DURATION = re.compile(r"^(-)?P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def _parse_date(text: str) -> dt.datetime:
+    value = dt.datetime.fromisoformat(text.strip())  # ValueError: reported as not a valid dateTime
+    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value
+
+
+def _parse_duration(text: str) -> dt.timedelta:
+    m = _XS_DURATION.match(text.strip())
+    if not m or text.strip().lstrip("-") in ("P", "PT"):
+        raise ValueError(text)
+    days, hours, minutes = (int(g) if g else 0 for g in m.groups()[1:4])
+    span = dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=float(m.group(5) or 0))
+    return -span if m.group(1) else span
 
 
 def _key_values(parent: ET.Element, name: str, values: Any) -> None:
@@ -150,9 +192,14 @@ def _parse_key_values(holder: ET.Element | None, where: str) -> dict[str, Any]:
                 out[key] = _bool(text)
             elif xs_type == "string":
                 out[key] = text
+            elif xs_type == "dateTime":  # RULES-CORR-004, RULES-SQL-016
+                out[key] = _parse_date(text)
+            elif xs_type == "duration":
+                out[key] = _parse_duration(text)
             else:
-                raise HttpError(400, f"{where}: '{key}' is of type {xs_type}; the broker takes string, int, long, double and boolean values")
-        except ValueError:
+                raise HttpError(400, f"{where}: '{key}' is of type {xs_type}; the broker takes string, int, long, double, "
+                                     "boolean, dateTime and duration values")
+        except (ValueError, OverflowError):
             raise HttpError(400, f"{where}: '{key}': '{text[:40]}' is not a valid {xs_type}") from None
     return out
 

@@ -20,8 +20,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+from sbreference.timevalues import Instant, Span, install_outward
 from sbreference import CorrelationFilter, ErrorCode, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
 
 #: The descriptor codes as Service Bus and its clients write them. The filters' have one digit
@@ -63,6 +65,22 @@ _CONFIG_CORRELATION = {
     "ContentType": "content_type",
 }
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: .NET's TimeSpan in AMQP: com.microsoft:timespan, a long of 100 ns ticks (service-bus-amqp-request-response)
+TIMESPAN = "com.microsoft:timespan"
+
+
+def _outward(value: Instant | Span) -> Any:
+    """A date or duration a rule action computed, as serve stores it: a datetime (an AMQP timestamp on the
+    wire), a described com.microsoft:timespan (RULES-SQL-016)."""
+    from proton import Described, symbol
+
+    if isinstance(value, Instant):
+        return _EPOCH + dt.timedelta(microseconds=value.us)
+    return Described(symbol(TIMESPAN), value.us * 10)
+
+
+install_outward(_outward)
 #: The SQL texts of the true and false filters on the wire (SQL 1=1 and 1=0, as the .NET SDK sends them).
 TRUE_SQL, FALSE_SQL = "1=1", "1=0"
 
@@ -76,13 +94,16 @@ def _text(value: Any) -> str | None:
 
 
 def _plain(value: Any) -> Any:
-    """An AMQP-decoded value as a plain Python value (pyamqp gives strings as bytes)."""
+    """An AMQP-decoded value as a plain Python value (pyamqp gives strings as bytes; proton a timestamp as an
+    int subclass, which is a date: RULES-CORR-004, RULES-SQL-016)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8")
     if isinstance(value, dict):
         return {_plain(k): _plain(v) for k, v in value.items()}
     if isinstance(value, bool):
         return bool(value)
+    if type(value).__name__ == "timestamp" and isinstance(value, int):  # proton.timestamp: epoch milliseconds
+        return _EPOCH + dt.timedelta(milliseconds=int(value))
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -134,6 +155,14 @@ def rule_from_add_request(body: dict) -> Rule:
     return Rule(name, rule_filter, rule_action)
 
 
+def _amqp_values(values: Any) -> dict:
+    """Property or parameter values for an AMQP answer: a date as an AMQP timestamp."""
+    from proton import timestamp
+
+    return {k: timestamp(round((v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)).timestamp() * 1000))
+            if isinstance(v, dt.datetime) else v for k, v in dict(values).items()}
+
+
 def rule_description(rule: Rule) -> Any:
     """The described list enumerate-rules answers with for one rule."""
     from proton import Described, ulong
@@ -147,7 +176,7 @@ def rule_description(rule: Rule) -> Any:
         filt = Described(ulong(SQL_FILTER), [f.expression])
     else:
         values = [getattr(f, field) for _, field in _CORRELATION_KEYS]
-        filt = Described(ulong(CORRELATION_FILTER), [*values, dict(f.properties)])
+        filt = Described(ulong(CORRELATION_FILTER), [*values, _amqp_values(f.properties)])
     if rule.action is None:
         act = Described(ulong(EMPTY_RULE_ACTION), [])
     else:

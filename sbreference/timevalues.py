@@ -1,0 +1,173 @@
+"""Dates and durations as rules see them (RULES-CORR-004, RULES-SQL-016).
+
+Service Bus evaluates filters and actions over .NET values: a date is a DateTime, a duration a TimeSpan,
+and "operators follow the same semantics as the C# operator binding"
+(https://learn.microsoft.com/azure/service-bus-messaging/service-bus-messaging-sql-filter). The model reads
+no clock, so it does not use the ``datetime`` module (tests/test_reference_purity.py): a DateTime is an
+``Instant`` (microseconds since 1970-01-01T00:00:00Z), a TimeSpan a ``Span`` (microseconds). The values
+clients give (Python's ``datetime`` and ``timedelta``, as the SDKs and serve's AMQP codec hand them over)
+are read by their fields (``as_time``) and compared by instant; a date without an offset is UTC (AMQP
+timestamps are UTC). C#'s bindings: two dates or two durations compare with all six operators; date -
+date is a duration; date +/- duration a date; duration +/- duration a duration, and negates.
+"""
+
+from __future__ import annotations
+
+import calendar
+from typing import Any, Callable
+
+#: DateTime's range (0001-01-01 to 9999-12-31T23:59:59.999999), in microseconds from 1970.
+MIN_US = -62_135_596_800_000_000
+MAX_US = 253_402_300_799_999_999
+
+
+class Instant:
+    """A DateTime: microseconds since 1970-01-01T00:00:00Z."""
+
+    __slots__ = ("us",)
+
+    def __init__(self, us: int) -> None:
+        if not MIN_US <= us <= MAX_US:
+            raise OverflowError("a date outside DateTime's range")
+        self.us = us
+
+    def __eq__(self, other: Any) -> bool:
+        o = as_time(other)
+        return type(o) is Instant and o.us == self.us
+
+    def __hash__(self) -> int:
+        return hash(("instant", self.us))
+
+    def timestamp(self) -> float:
+        return self.us / 1_000_000
+
+    def isoformat(self) -> str:
+        seconds, micro = divmod(self.us, 1_000_000)
+        return _iso(seconds) + (f".{micro:06d}".rstrip("0") if micro else "") + "Z"
+
+    def __repr__(self) -> str:
+        return f"Instant({self.isoformat()})"
+
+
+class Span:
+    """A TimeSpan: microseconds."""
+
+    __slots__ = ("us",)
+
+    def __init__(self, us: int) -> None:
+        self.us = us
+
+    def __eq__(self, other: Any) -> bool:
+        o = as_time(other)
+        return type(o) is Span and o.us == self.us
+
+    def __hash__(self) -> int:
+        return hash(("span", self.us))
+
+    def total_seconds(self) -> float:
+        return self.us / 1_000_000
+
+    def __repr__(self) -> str:
+        return f"Span({self.us} us)"
+
+
+def _iso(seconds: int) -> str:
+    days, rest = divmod(seconds, 86_400)
+    y, m, d = _civil(days)
+    return f"{y:04d}-{m:02d}-{d:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian date ``days`` after 1970-01-01 (Howard Hinnant's civil_from_days)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (m <= 2), m, d
+
+
+def as_time(v: Any) -> Instant | Span | None:
+    """``v`` as an Instant or a Span if it is a date or a duration (ours, or a ``datetime``/``timedelta``
+    read by its fields: an aware date by its UTC instant, a naive one as UTC), else None."""
+    if type(v) in (str, int, float, bool) or v is None:
+        return None
+    if isinstance(v, (Instant, Span)):
+        return v
+    if hasattr(v, "utctimetuple") and hasattr(v, "microsecond"):  # a datetime (not a bare date: no utctimetuple)
+        return Instant(calendar.timegm(v.utctimetuple()) * 1_000_000 + v.microsecond)
+    if hasattr(v, "total_seconds") and hasattr(v, "days") and hasattr(v, "microseconds"):  # a timedelta
+        return Span((v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds)
+    return None
+
+
+#: How a date or duration an action computed leaves the model (RULES-SQL-016: SET user.at = sys.EnqueuedTimeUtc):
+#: a converter the host installs (sbconform's server installs one to datetime and to com.microsoft:timespan),
+#: else the model's own Instant and Span. A conversion of types, the same for every namespace in a process.
+_outward: Callable[[Instant | Span], Any] | None = None
+
+
+def install_outward(convert: Callable[[Instant | Span], Any] | None) -> None:
+    global _outward
+    _outward = convert
+
+
+def outward(v: Any) -> Any:
+    """``v`` as it is stored on a message: a date or duration converted by the host's converter, if any."""
+    if _outward is None or type(v) in (str, int, float, bool) or v is None:
+        return v
+    t = as_time(v)
+    return v if t is None else _outward(t)
+
+
+def is_time(v: Any) -> bool:
+    return as_time(v) is not None
+
+
+def time_name(v: Any) -> str | None:
+    t = as_time(v)
+    return None if t is None else "DateTime" if type(t) is Instant else "TimeSpan"
+
+
+_ORDER = {"=": lambda a, b: a == b, "<>": lambda a, b: a != b, ">": lambda a, b: a > b,
+          ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+def compare_times(op: str, a: Any, b: Any) -> bool | None:
+    """The comparison if ``a`` and ``b`` are both dates or both durations, else None (no binding)."""
+    ta, tb = as_time(a), as_time(b)
+    if ta is None or tb is None or type(ta) is not type(tb):
+        return None
+    return _ORDER[op](ta.us, tb.us)
+
+
+def time_arithmetic(op: str, a: Any, b: Any) -> Instant | Span | None:
+    """C#'s DateTime and TimeSpan ``+`` and ``-``; None where nothing binds. OverflowError past DateTime's range."""
+    ta, tb = as_time(a), as_time(b)
+    if ta is None or tb is None or op not in "+-":
+        return None
+    sign = 1 if op == "+" else -1
+    if type(ta) is Instant and type(tb) is Instant:
+        return Span(ta.us - tb.us) if op == "-" else None
+    if type(ta) is Instant:
+        return Instant(ta.us + sign * tb.us)
+    if type(tb) is Span:
+        return Span(ta.us + sign * tb.us)
+    return None
+
+
+def negate_time(a: Any) -> Span | None:
+    t = as_time(a)
+    return Span(-t.us) if type(t) is Span else None
+
+
+def same_time(expected: Any, actual: Any) -> bool | None:
+    """Correlation equality of dates and durations (RULES-CORR-004): None if ``expected`` is neither."""
+    te = as_time(expected)
+    if te is None:
+        return None
+    ta = as_time(actual)
+    return ta is not None and type(ta) is type(te) and ta.us == te.us
