@@ -188,6 +188,7 @@ class EmulatorTarget(SdkTarget):
             self.control = AdminProvisioner(management, client=ServiceBusAdministrationClient.from_connection_string(
                 management, transport=plain_http_transport()))
             self.control_mode = "admin"
+            self._count_on_broker_clock()  # now that a probe queue can be created (sdk_offset)
 
     # ------------------------------------------------- the emulator's documented quotas
     # A scenario that needs more than a quota of "Usage quotas" (sbconform.emulator.QUOTAS) is

@@ -210,10 +210,10 @@ class SdkTarget(TierMixin, BrokerClockMixin, ClockMixin, ProvisioningMixin, Mess
                 self.control = RestProvisioner(self._rest_admin(parts, http_port), self.control)
         self.client = ServiceBusClient.from_connection_string(self.connection_string, retry_total=1, retry_backoff_factor=0.2)
         self._suffix = uuid.uuid4().hex[:8]
-        if not self.virtual_time:  # real time: the broker's stamps are read on its clock, measured (sdk_offset)
-            self.broker_clock = self._measure_broker_clock()
-        self.t0 = time.monotonic()
-        self.t0_epoch_ms = int(time.time() * 1000) + self.broker_clock.offset
+        if self.virtual_time:
+            self.t0, self.t0_epoch_ms = time.monotonic(), int(time.time() * 1000)  # the endpoint's wire time, below
+        else:  # real time: the broker's stamps are read on its clock, measured (sdk_offset)
+            self._count_on_broker_clock()
         self.skew = 0
         if self.virtual_time and not (isinstance(self._node(), ControlClient) and self._offers_time_control()):
             raise RuntimeError("sbconform serve started by the target offers no advance-time on its $sbconform node")
