@@ -35,6 +35,8 @@ def test_a_premium_namespace_is_not_graded_with_standard_limits(premium) -> None
     target = SdkTarget(connection_string=premium.connection_string, admin_connection_string=premium.admin_connection_string)
     assert (target.tier, target.tier_how) == ("Premium", "get_namespace_properties")
     assert "Premium (get_namespace_properties)" in target.describe()["tier"]
+    # the PART-* scenarios partition entities of a Standard namespace; on Premium partitions are the namespace's
+    assert "partitions" not in target.capabilities and "on Premium partitioning is the namespace's" in target.lacking["partitions"]
     target.open()
     try:
         # SETTLE-TIER-001: 100 MB is refused on Standard, created on Premium: not graded, never failed

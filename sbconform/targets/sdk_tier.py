@@ -22,8 +22,8 @@ emulator's 5300), once per endpoint and process.
 What follows:
 
 - a Basic namespace lacks, as capabilities, what ``sbreference.tiers.TIERS["basic"]`` says it lacks
-  (topics and so rules, sessions, duplicate detection, auto-forwarding, transactions): those
-  scenarios are skipped, with the reason;
+  (topics and so rules, sessions, duplicate detection, auto-forwarding, transactions), a Premium one
+  the partitioned entities of Standard (``PREMIUM_LACKS``): those scenarios are skipped, with the reason;
 - an operation whose outcome the model's tier table (``sbreference.tiers.check_entity``,
   ``capped_time_to_live``, the message sizes) gives differently on the namespace's tier than on the
   Standard one the scenario grades is skipped as not graded (``sdk_offset.not_graded``);
@@ -50,6 +50,12 @@ BASIC_LACKS = {
     "topics": "topics", "rules": "topics (so subscription rules)", "sessions": "sessions",
     "duplicate-detection": "duplicate detection", "auto-forward": "auto-forwarding", "transactions": "transactions",
 }
+
+#: what the Standard-tier partitioning scenarios need and a Premium namespace does not offer: partitions are
+#: the namespace's, "Partitioning can be enabled during namespace creation in the Premium SKU ... All entities in
+#: this namespace will be partitioned" (https://learn.microsoft.com/azure/service-bus-messaging/enable-partitions-premium)
+PREMIUM_LACKS = {"partitions": "partitioned queues and topics created one by one (on Premium partitioning is the "
+                               "namespace's, set at its creation)"}
 
 #: what the headers and properties of a message may add to its body against a tier's size limit (bytes)
 HEADER_MARGIN = 4 * 1024
@@ -146,10 +152,10 @@ class TierMixin:
         elif given is None:
             self.tier = "Standard"
             self.tier_how = "assumed: a development endpoint whose management API was not given (admin_connection_string=)"
-        if self.tier == "Basic":
-            self.capabilities = frozenset(self.capabilities) - set(BASIC_LACKS)
-            self.lacking = {**self.lacking, **{cap: f"the namespace is Basic ({self.tier_how}), which has no {what}"
-                                               for cap, what in BASIC_LACKS.items()}}
+        lacks = {"Basic": BASIC_LACKS, "Premium": PREMIUM_LACKS}.get(self.tier or "", {})
+        self.capabilities = frozenset(self.capabilities) - set(lacks)
+        self.lacking = {**self.lacking, **{cap: f"the namespace is {self.tier} ({self.tier_how}), which has no {what}"
+                                           for cap, what in lacks.items()}}
 
     def said_tier(self) -> str:
         if self.tier is None:
