@@ -186,7 +186,13 @@ class LocalServiceBus(_KitControls):
         first = self._read_line()
         match = _LISTENING.search(first)
         if not match:
-            rest = self._process.stdout.read() if self._exited() else ""  # type: ignore[union-attr]
+            # a crash prints "Traceback (most recent call last):" first: its last line, the
+            # exception, comes once the server has exited (a server still running is stopped)
+            try:
+                self._process.wait(timeout=START_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                stop_process(self._process)
+            rest = self._process.stdout.read()  # type: ignore[union-attr]
             problem = self._config_problem(_one_line(first + rest) or "sbconform serve did not start", config)
             self.stop()
             raise LocalServiceBusError(problem)

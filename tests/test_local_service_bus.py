@@ -204,3 +204,20 @@ def test_the_ports_an_application_names_are_used_and_a_taken_one_is_one_line() -
     for wrong in (-1, 65536, "5672", True):
         with pytest.raises(ValueError, match="port: a port number"):
             LocalServiceBus(port=wrong)  # type: ignore[arg-type]
+
+
+def test_a_server_that_crashes_while_starting_is_named_by_its_error_not_by_the_traceback_header(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash prints 'Traceback (most recent call last):' first; the error named must be the
+    traceback's last line (the exception), read after the server has exited, not that header."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import socket\n"
+        "def _refuse(*args, **kwargs):\n"
+        "    raise RuntimeError('injected crash at listen')\n"
+        "socket.socket.listen = _refuse\n", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with pytest.raises(LocalServiceBusError) as refused:
+        LocalServiceBus().start()
+    message = str(refused.value)
+    assert "injected crash at listen" in message and "Traceback" not in message, message
+    assert "\n" not in message
