@@ -58,8 +58,8 @@ from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, Trans
 from .sdk_clock import OPEN_POLL_MS, ClockMixin, close_sdk_client, set_open_poll
 from .sdk_messages import MessagesMixin
 from .sdk_offset import BrokerClockMixin, ClockOffset
-from .sdk_tier import TierMixin
 from .sdk_provision import ProvisioningMixin, RestProvisioner
+from .sdk_tier import TierMixin
 from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules import them from here)
     _CONDITION_CODES,
     _EPOCH,

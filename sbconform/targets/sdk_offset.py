@@ -115,7 +115,12 @@ class BrokerClockMixin:
             return self.broker_clock.describe()
         from .sdk_support import parse_connection_string
 
-        endpoint = parse_connection_string(getattr(self, "connection_string", None) or "").get("endpoint", "")
+        connection_string = getattr(self, "connection_string", None)
+        if connection_string is None and getattr(self, "serve", False):  # serve=true: the server, if one was started
+            from . import serve_process
+
+            connection_string = getattr(serve_process._SERVE, "connection_string", None)
+        endpoint = parse_connection_string(connection_string or "").get("endpoint", "")
         host, _, port = endpoint.split("://", 1)[-1].strip("/").partition(":")
         known = _MEASURED.get(f"{host or 'localhost'}:{int(port or 5672)}")
         return known[1].describe() if known else "not measured (no test opened the target)"

@@ -140,7 +140,7 @@ class TierMixin:
         self.tier_how = f"tier={given} given"
         admin = admin_connection_string or (self.connection_string if self.control_mode == "admin" else None)
         if self.serve:
-            self.tier, self.tier_how = "Standard", "sbconform serve started by the target (its config's Sku)"
+            self.tier, self.tier_how = "Standard", "sbconform serve started by the target: its default config"
         elif admin:
             sku, how = read_tier(admin)
             if sku is not None:
