@@ -30,6 +30,8 @@ def forwarded_to(entity: Any, store: Any) -> str | None:
     and its store unless it is the queue itself) takes from forwards its messages, or None."""
     if store is None:
         return entity.description.forward_to if entity.kind == "queue" else None
+    if parse(store.path).transfer:
+        return None  # a transfer dead-letter queue never forwards (TXN-VIA-003)
     owner = entity if entity.kind == "queue" else entity.subscriptions[parse(store.path).subscription_key]
     d = owner.description
     return d.forward_dead_lettered_messages_to if store.is_dead_letter else d.forward_to

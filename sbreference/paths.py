@@ -7,7 +7,11 @@ https://learn.microsoft.com/azure/service-bus-messaging/service-bus-queues-topic
 - ``q``: a queue or a topic;
 - ``q/$DeadLetterQueue``: a queue's dead-letter subqueue;
 - ``t/Subscriptions/s``: a subscription of topic ``t``;
-- ``t/Subscriptions/s/$DeadLetterQueue``: its dead-letter subqueue.
+- ``t/Subscriptions/s/$DeadLetterQueue``: its dead-letter subqueue;
+- ``q/$Transfer/$DeadLetterQueue``, ``t/Subscriptions/s/$Transfer/$DeadLetterQueue`` (and a topic's,
+  ``t/$Transfer/$DeadLetterQueue``): the transfer dead-letter queue, what a send via it could not deliver
+  (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues#path-to-the-transfer-dead-letter-queue,
+  TXN-VIA-003).
 
 Names are case-insensitive (the model keys entities by the lower-cased path); leading and
 trailing slashes are ignored. ``parse`` keeps the case as written, ``.key`` lower-cases.
@@ -18,24 +22,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEAD_LETTER_QUEUE = "$DeadLetterQueue"
-#: the dead-letter suffix and the subscriptions infix, lower case (compare with ``path.lower()``)
+TRANSFER_DEAD_LETTER_QUEUE = "$Transfer/$DeadLetterQueue"
+#: the dead-letter suffix, the transfer infix before it and the subscriptions infix, lower case (compare with ``path.lower()``)
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"
+TRANSFER_SUFFIX = "/$transfer"
 SUBSCRIPTIONS = "/subscriptions/"
 
 #: ``entity_key`` as regular expressions (Java and Python syntax; for Spark SQL's
 #: ``regexp_replace``): replacing every match of each with "", in order, then lower-casing
-#: gives the key. The steps are ``parse``'s: slashes, the dead-letter suffix, the subscription.
-ENTITY_KEY_PATTERNS = (r"^/+|/+$", r"(?i)/\$deadletterqueue$", r"(?is)/subscriptions/.*$")
+#: gives the key. The steps are ``parse``'s: slashes, the (transfer) dead-letter suffix, the subscription.
+ENTITY_KEY_PATTERNS = (r"^/+|/+$", r"(?i)(/\$transfer)?/\$deadletterqueue$", r"(?is)/subscriptions/.*$")
 
 
 @dataclass(frozen=True, slots=True)
 class EntityPath:
     """A parsed path: the queue or topic, the subscription if any, and whether it names the
-    dead-letter subqueue. Case as written."""
+    dead-letter subqueue (``transfer``: the transfer dead-letter queue, a dead-letter subqueue too).
+    Case as written."""
 
     entity: str
     subscription: str | None = None
     dead_letter: bool = False
+    transfer: bool = False
 
     @property
     def key(self) -> str:
@@ -53,8 +61,15 @@ class EntityPath:
             return self.entity
         return subscription_path(self.entity, self.subscription)
 
+    @property
+    def suffix(self) -> str:
+        """What follows the queue or subscription: "", "/$DeadLetterQueue" or "/$Transfer/$DeadLetterQueue"."""
+        if not self.dead_letter:
+            return ""
+        return "/" + (TRANSFER_DEAD_LETTER_QUEUE if self.transfer else DEAD_LETTER_QUEUE)
+
     def __str__(self) -> str:
-        return self.base + ("/" + DEAD_LETTER_QUEUE if self.dead_letter else "")
+        return self.base + self.suffix
 
 
 def parse(path: str) -> EntityPath:
@@ -62,13 +77,18 @@ def parse(path: str) -> EntityPath:
     path = path.strip("/")
     lower = path.lower()
     dead_letter = lower.endswith(DEAD_LETTER_SUFFIX)
+    transfer = False
     if dead_letter:
         path = path[: -len(DEAD_LETTER_SUFFIX)]
         lower = lower[: -len(DEAD_LETTER_SUFFIX)]
+        transfer = lower.endswith(TRANSFER_SUFFIX)  # TXN-VIA-003
+        if transfer:
+            path = path[: -len(TRANSFER_SUFFIX)]
+            lower = lower[: -len(TRANSFER_SUFFIX)]
     cut = lower.find(SUBSCRIPTIONS)
     if cut >= 0:
-        return EntityPath(path[:cut], path[cut + len(SUBSCRIPTIONS):], dead_letter)
-    return EntityPath(path, None, dead_letter)
+        return EntityPath(path[:cut], path[cut + len(SUBSCRIPTIONS):], dead_letter, transfer)
+    return EntityPath(path, None, dead_letter, transfer)
 
 
 def entity_key(path: str | None) -> str:
@@ -81,6 +101,11 @@ def entity_key(path: str | None) -> str:
 def dead_letter_path(path: str) -> str:
     """The dead-letter subqueue of a queue or subscription path."""
     return path.rstrip("/") + "/" + DEAD_LETTER_QUEUE
+
+
+def transfer_dead_letter_path(path: str) -> str:
+    """The transfer dead-letter queue of a queue, subscription or topic path (TXN-VIA-003)."""
+    return path.rstrip("/") + "/" + TRANSFER_DEAD_LETTER_QUEUE
 
 
 def subscription_path(topic: str, name: str) -> str:

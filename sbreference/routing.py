@@ -15,6 +15,7 @@ from .forwarding import forwarded_to, refuse_receiver
 from .paths import parse
 from .status import ACTIVE, refuse_receive
 from .store import MessageStore
+from .transfer import transfer_dead_letter_queue
 
 
 class Routing:
@@ -85,8 +86,9 @@ class Routing:
     @staticmethod
     def _statuses(entity: Entity, store: MessageStore | None) -> tuple[str, str]:
         """(the queue's or topic's status, the subscription's: Active for a queue)."""
-        if store is not None and entity.kind == "topic":
-            return entity.description.status, entity.subscriptions[parse(store.path).subscription_key].description.status
+        sub = parse(store.path).subscription_key if store is not None and entity.kind == "topic" else None
+        if sub is not None:
+            return entity.description.status, entity.subscriptions[sub].description.status
         return entity.description.status, ACTIVE
 
     def _taking_store(self, path: str, use: bool = True) -> MessageStore:
@@ -117,10 +119,14 @@ class Routing:
                 raise ServiceBusError(
                     ErrorCode.ENTITY_NOT_FOUND, f"The messaging entity '{self.name}/{path}' could not be found."
                 )
+            if parsed.transfer:  # TXN-VIA-003
+                return topic, transfer_dead_letter_queue(sub, sub.path, topic.next_lock_token)
             return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
         entity = self._entity(parsed.key)
         if entity.kind == "topic":
             self._date_rules(entity)
+        if parsed.transfer:  # TXN-VIA-003: a queue's, or a topic's used as a transfer entity
+            return entity, transfer_dead_letter_queue(entity, entity.path, entity.next_lock_token)
         if dead_letter:
             if entity.kind != "queue":
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{path}': topics have no dead-letter queue.")
@@ -150,7 +156,7 @@ class Routing:
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION, f"Cannot receive from topic '{path}'; receive from a subscription."
             )
-        if store.is_dead_letter:
+        if store.is_dead_letter and store.parent is not None:  # (a transfer dead-letter queue has none)
             parent = self._parent_of(entity, store)
             parent.tick(self.clock.now)  # lock expiries there may dead-letter into here
         return store

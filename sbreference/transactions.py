@@ -37,6 +37,7 @@ from .entity import counted
 from .errors import ErrorCode, ServiceBusError
 from .message import Message, message_size
 from .status import refuse_send, sends_disabled
+from .transfer import transfer_dead_letter_queue
 
 if TYPE_CHECKING:  # pragma: no cover
     from .namespace import Namespace
@@ -81,6 +82,7 @@ class Transaction:
     state: str = ACTIVE
     started_at: int | None = None  # the instant of the first operation (TXN-TIMEOUT-001)
     scope: str | None = None  # the one top-level entity the transaction works against (TXN-SCOPE-001)
+    scope_entity: Any = None  # that entity when the first operation named it: deleted since, no commit (TXN-VIA-004)
     operations: list[Operation] = field(default_factory=list)
 
     def timed_out(self, now: int) -> bool:
@@ -199,6 +201,8 @@ class Transactions:
         """TXN-VIS-001: buffered until commit. ``via`` is the transfer entity (TXN-VIA-001): the send is
         scoped to it and the message goes on to ``path`` when the transaction commits."""
         batch = (messages,) if isinstance(messages, Message) else tuple(messages)
+        if via is not None:
+            self.namespace.sending_entity(via)  # the transfer entity exists and takes sends
         txn = self._enlist(conn, txn_id, via if via is not None else path)
         if txn.message_count() + len(batch) > MAX_TRANSACTION_MESSAGES:
             raise ServiceBusError(
@@ -283,6 +287,7 @@ class Transactions:
         key = scope_key(scope_path)
         if txn.scope is None:
             txn.scope = key
+            txn.scope_entity = self.namespace.entities.get(key)
         elif txn.scope != key:
             raise ServiceBusError(
                 ErrorCode.INVALID_OPERATION,
@@ -300,9 +305,11 @@ class Transactions:
         entity takes sends: SETTLE-STATUS-001), their sum fits in the entity (large messages counted as
         SETTLE-TIER-008 says), and on partitioned entities all transactional messages carry one
         partition key (PART-TXN-001/002/003). A send via the entity to a destination whose sends are disabled
-        is not checked against it: it will go to the transfer dead-letter queue (TXN-VIA-002)."""
+        is not checked against it, nor against a destination's size: it will go to the transfer dead-letter
+        queue (TXN-VIA-002)."""
         now = self.namespace.clock.now
         by_path: dict[str, list[Message]] = {}
+        via_paths: set[str] = set()
         for op in operations:
             if op.kind == "send":
                 entity = self.namespace.sending_entity(op.path)
@@ -310,7 +317,13 @@ class Transactions:
                     refuse_send(entity.kind, entity.path, entity.description.status)
                 elif sends_disabled(entity.description.status):
                     continue
-                entity.check(list(op.messages), now)
+                else:
+                    via_paths.add(op.path)
+                try:
+                    entity.check(list(op.messages), now)
+                except ServiceBusError as error:
+                    if error.code is not ErrorCode.QUOTA_EXCEEDED or op.path not in via_paths:
+                        raise
                 by_path.setdefault(op.path, []).extend(op.messages)
         keys: set[str] = set()
         for path, messages in by_path.items():
@@ -319,7 +332,7 @@ class Transactions:
                 keys |= transactional_partition_keys(entity, messages)
                 one_partition_key(keys)
             total = sum(counted(message_size(m), entity.large_times) for m in messages)
-            if entity.bytes + total > entity.max_bytes:
+            if entity.bytes + total > entity.max_bytes and path not in via_paths:
                 raise ServiceBusError(
                     ErrorCode.QUOTA_EXCEEDED,
                     f"The maximum entity size has been reached or exceeded for {entity.kind} '{entity.path}'.",
@@ -327,8 +340,13 @@ class Transactions:
                 )
 
     def _check_all(self, txn: Transaction) -> None:
-        """Before anything is applied: every lock still held, every send still acceptable."""
+        """Before anything is applied: the transaction's entity still the one it worked against (TXN-VIA-004),
+        every lock still held, every send still acceptable."""
         now = self.namespace.clock.now
+        if txn.scope_entity is not None and self.namespace.entities.get(str(txn.scope)) is not txn.scope_entity:
+            raise ServiceBusError(
+                ErrorCode.ENTITY_NOT_FOUND, f"The transaction's entity '{txn.scope_entity.path}' was deleted.", transient=False
+            )
         for op in txn.operations:
             if op.kind != "send":
                 self.namespace.receiving_store(op.path).locked_message(now, txn.conn, op.lock_token)
@@ -345,15 +363,31 @@ class Transactions:
         for op in txn.operations:  # each send as it was sent (a message or a batch), in order
             if op.kind == "send":
                 entity = ns.sending_entity(op.path)
-                if scope_key(op.path) != txn.scope and sends_disabled(entity.description.status):
-                    # TXN-VIA-002: "If the destination queue or topic is disabled, the message is sent to a transfer
-                    # dead letter queue (TDLQ)" (service-bus-dead-letter-queues): the transfer entity's
-                    via = ns.sending_entity(str(txn.scope))
-                    via.transfer_dead_letter += op.messages
+                if scope_key(op.path) != txn.scope and self._stranded(txn, entity, op):
                     continue
                 entity.accessed_at = ns.clock.now  # a send (SETTLE-ENT-004, SETTLE-IDLE-002)
                 committed.setdefault(op.path, []).extend(entity.accept(list(op.messages), ns.clock.now))
         return committed
+
+
+    def _stranded(self, txn: Transaction, destination: Any, op: Operation) -> bool:
+        """TXN-VIA-002: "If the destination queue or topic is disabled, the message is sent to the transfer dead-letter
+        queue (TDLQ) of the source queue. If the destination queue or entity exceeds the entity size, the message is
+        sent to a TDLQ of the source queue" (service-bus-dead-letter-queues): there the send via ends, with the
+        destination's error as its dead-letter reason and description (reading), receivable (TXN-VIA-003)."""
+        now = self.namespace.clock.now
+        try:
+            refuse_send(destination.kind, destination.path, destination.description.status)
+            destination.check(list(op.messages), now)
+        except ServiceBusError as error:
+            if error.code not in (ErrorCode.ENTITY_UNAVAILABLE, ErrorCode.QUOTA_EXCEEDED):
+                raise
+            via = txn.scope_entity if txn.scope_entity is not None else self.namespace.sending_entity(str(txn.scope))
+            tdlq = transfer_dead_letter_queue(via, via.path, via.next_lock_token)
+            for message in op.messages:
+                tdlq.strand(message, now, str(error.code), error.text)
+            return True
+        return False
 
 
 def transactional_partition_keys(entity: Any, messages: Sequence[Message]) -> set[str]:

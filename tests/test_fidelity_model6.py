@@ -247,3 +247,172 @@ def test_serve_reads_an_amqp_timestamp_in_an_add_rule_request_as_a_date() -> Non
     described = rule_description(rule)
     [filt, _, _] = described.value
     assert filt.value[8] == {"when": ms} and isinstance(filt.value[8]["when"], proton.timestamp)
+
+
+# ------------------------------------------------------------ the transfer dead-letter queue
+
+TDLQ = "via/$Transfer/$DeadLetterQueue"
+
+
+def stranded(ns: Namespace, conn: int, *ids: str, via: str = "via", dst: str = "dst") -> None:
+    """Messages sent via ``via`` to ``dst`` while ``dst`` is SendDisabled: they go to the transfer dead-letter
+    queue of ``via`` (TXN-VIA-002)."""
+    ns.update(dst, status="SendDisabled")
+    txn = ns.transactions.declare(conn)
+    for mid in ids:
+        ns.transactions.send(conn, txn, dst, Message(b"x", message_id=mid), via=via)
+    ns.transactions.discharge(conn, txn, fail=False)
+    ns.update(dst, status="Active")
+
+
+def test_the_transfer_dead_letter_path_parses() -> None:
+    """"<queue path>/$Transfer/$DeadLetterQueue", "<topic path>/Subscriptions/<subscription path>/$Transfer/
+    $DeadLetterQueue" (service-bus-dead-letter-queues, "Path to the transfer dead-letter queue"): the parser read
+    the first as a queue named 'via/$Transfer' and its dead-letter queue."""
+    import re
+
+    from sbreference.paths import ENTITY_KEY_PATTERNS, entity_key, parse
+
+    p = parse("Via/$transfer/$deadletterqueue")
+    assert (p.entity, p.subscription, p.dead_letter, p.transfer) == ("Via", None, True, True)
+    assert str(p) == "Via/$Transfer/$DeadLetterQueue" and p.key == "via"
+    s = parse("t/Subscriptions/S/$Transfer/$DeadLetterQueue")
+    assert (s.entity, s.subscription, s.transfer, str(s)) == ("t", "S", True, "t/Subscriptions/S/$Transfer/$DeadLetterQueue")
+    assert not parse("q/$DeadLetterQueue").transfer
+    for path in ("Via/$Transfer/$DeadLetterQueue", "t/Subscriptions/s/$Transfer/$DeadLetterQueue", "q/$DeadLetterQueue", "q", "q/$Transfer"):
+        key = path
+        for pattern in ENTITY_KEY_PATTERNS:
+            key = re.sub(pattern, "", key)
+        assert key.lower() == entity_key(path), path
+
+
+@pytest.mark.clauses("TXN-VIA-003")
+def test_the_transfer_dead_letter_queue_is_peeked_received_and_settled() -> None:
+    """"The transfer dead-letter queue is a sub-queue of the source entity, so you receive from it the same way you
+    receive from a regular dead-letter queue" (service-bus-dead-letter-queues). The model held such messages in a
+    tuple, counted but unreachable: the path was not found. Now it is a dead-letter store: peek, peek-lock
+    (complete, abandon), receive-and-delete; no dead-lettering from it, no sends to it."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via")
+    ns.create_queue("dst")
+    stranded(ns, conn, "a", "b", "c")
+    peeked = ns.peek(TDLQ, max_count=10)
+    assert [d.message.message_id for d in peeked] == ["a", "b", "c"]
+    assert all(d.dead_letter_reason for d in peeked)  # why the transfer failed (the reading: the destination's error)
+    assert ns.runtime_info("via")["transfer_dead_letter"] == 3 and ns.runtime_info("via")["active"] == 0
+    [first] = ns.receive(conn, TDLQ)
+    fails(ErrorCode.INVALID_OPERATION, ns.dead_letter, conn, TDLQ, first.lock_token)
+    ns.abandon(conn, TDLQ, first.lock_token)
+    [again] = ns.receive(conn, TDLQ)
+    assert again.message.message_id == "a" and again.delivery_count == 2
+    ns.complete(conn, TDLQ, again.lock_token)
+    assert [d.message.message_id for d in ns.receive(conn, TDLQ, max_count=5, mode="receive-and-delete")] == ["b", "c"]
+    assert ns.runtime_info("via")["transfer_dead_letter"] == 0
+    assert ns.peek("via") == [] and ns.peek("via/$DeadLetterQueue") == [] and ns.peek("dst") == []
+    fails(ErrorCode.INVALID_OPERATION, ns.send, conn, TDLQ, Message(b"no"))
+
+
+@pytest.mark.clauses("TXN-VIA-003")
+def test_a_lock_on_the_transfer_dead_letter_queue_expires_and_the_message_returns() -> None:
+    ns, clock, conn = namespace()
+    ns.create_queue("via", lock_duration=5 * SECOND)
+    ns.create_queue("dst")
+    stranded(ns, conn, "a")
+    [d] = ns.receive(conn, TDLQ)
+    clock.advance(6 * SECOND)
+    fails(ErrorCode.MESSAGE_LOCK_LOST, ns.complete, conn, TDLQ, d.lock_token)
+    assert [x.message.message_id for x in ns.receive(conn, TDLQ)] == ["a"]
+
+
+@pytest.mark.clauses("TXN-VIA-003")
+def test_a_topic_and_a_subscription_have_a_transfer_dead_letter_queue() -> None:
+    """A send via a topic strands its message in the topic's transfer dead-letter queue (the legacy client's
+    TopicClient.FormatTransferDeadLetterPath: "the dead letter queue of the transfer topic ... can be used in
+    receiver creation"); a subscription's is addressable too (empty: the model dead-letters failed forwards in the
+    ordinary dead-letter queue, SETTLE-DISC-007)."""
+    ns, clock, conn = namespace()
+    ns.create_topic("vt")
+    ns.create_subscription("vt", "s")
+    ns.create_queue("dst")
+    stranded(ns, conn, "a", via="vt")
+    assert [d.message.message_id for d in ns.peek("vt/$Transfer/$DeadLetterQueue")] == ["a"]
+    assert ns.peek("vt/Subscriptions/s/$Transfer/$DeadLetterQueue") == []
+    assert ns.receive(conn, "vt/Subscriptions/s/$Transfer/$DeadLetterQueue", mode="receive-and-delete") == []
+    fails(ErrorCode.ENTITY_NOT_FOUND, ns.peek, "nope/$Transfer/$DeadLetterQueue")
+
+
+@pytest.mark.clauses("TXN-VIA-004")
+def test_a_via_entity_deleted_before_the_commit_fails_the_commit() -> None:
+    """Undocumented (the transactions page's "Transfers and send via" says the transfer entity moves the message on;
+    nothing says what a commit does once it is gone). The model delivered the message as if the via entity were
+    there. The conservative reading (TXN-D-001): the commit fails and nothing is sent; a via entity deleted and
+    created again is another entity, and fails it too."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via")
+    ns.create_queue("dst")
+    for recreate in (False, True):
+        txn = ns.transactions.declare(conn)
+        ns.transactions.send(conn, txn, "dst", Message(b"x", message_id="m"), via="via")
+        ns.delete("via")
+        if recreate:
+            ns.create_queue("via")
+        error = fails(ErrorCode.TRANSACTION_ROLLBACK, ns.transactions.discharge, conn, txn, False)
+        assert "via" in error.text
+        assert ns.peek("dst") == []
+        if not recreate:
+            ns.create_queue("via")
+
+
+@pytest.mark.clauses("TXN-VIA-002")
+def test_a_message_sent_via_to_a_full_destination_goes_to_the_transfer_dead_letter_queue() -> None:
+    """"If the destination queue or entity exceeds the entity size, the message is sent to a TDLQ of the source
+    queue" (service-bus-dead-letter-queues, "Dead-lettering in send via scenarios", current revision; an earlier one
+    said it went to neither). The model refused the send (quota-exceeded), and a commit after the destination
+    filled up was rolled back."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via")
+    ns.create_queue("dst", max_size_in_megabytes=1)
+    big = b"x" * (200 * 1024)
+    for i in range(5):
+        ns.send(conn, "dst", Message(big, message_id=f"fill{i}"))
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "dst", Message(big, message_id="late"), via="via")
+    ns.transactions.discharge(conn, txn, fail=False)
+    assert [d.message.message_id for d in ns.peek(TDLQ)] == ["late"]
+    assert len(ns.peek("dst", max_count=10)) == 5
+
+
+@pytest.mark.clauses("TXN-VIA-003")
+def test_serve_lets_the_python_sdk_receive_from_a_transfer_dead_letter_queue(served) -> None:
+    """``get_queue_receiver(..., sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER)`` attaches to
+    '<queue>/$Transfer/$DeadLetterQueue'; serve read the address as the queue 'via/$Transfer' (not found)."""
+    from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
+    from azure.servicebus.management import ServiceBusAdministrationClient
+    from serve_support import KEY, KEY_NAME
+
+    from sbconform.server.admin_http import plain_http_transport
+    from sbconform.targets.proton_txn import ProtonTransactionalClient
+    from sbconform.targets.sdk import _code_of_condition
+
+    server, amqp, rest = served
+    with ServiceBusAdministrationClient.from_connection_string(rest, transport=plain_http_transport(), retry_total=0) as admin:
+        admin.create_queue("tvia")
+        admin.create_queue("tdst")
+        txn_client = ProtonTransactionalClient("127.0.0.1", server.port, KEY_NAME, KEY, timeout=10, condition_code=_code_of_condition)
+        try:
+            txn = txn_client.declare()
+            txn_client.send(txn, "tdst", [Message(body=b"stranded", message_id="m1")], via="tvia")
+            dest = admin.get_queue("tdst")
+            dest.status = "SendDisabled"
+            admin.update_queue(dest)
+            txn_client.discharge(txn, True)
+        finally:
+            txn_client.close()
+        assert admin.get_queue_runtime_properties("tvia").transfer_dead_letter_message_count == 1
+        with ServiceBusClient.from_connection_string(amqp, retry_total=0) as client:
+            with client.get_queue_receiver("tvia", sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER, max_wait_time=3) as receiver:
+                assert [m.message_id for m in receiver.peek_messages(5)] == ["m1"]
+                [got] = receiver.receive_messages(1, max_wait_time=3)
+                assert got.message_id == "m1" and got.dead_letter_reason
+                receiver.complete_message(got)
+        assert admin.get_queue_runtime_properties("tvia").transfer_dead_letter_message_count == 0
