@@ -109,7 +109,7 @@ def canonical(namespace: Any, path: str) -> str:
     entity = entity_at(namespace, path)
     if entity is None:
         return path
-    return entity.path + "/" + paths.DEAD_LETTER_QUEUE if paths.parse(path).dead_letter else entity.path
+    return entity.path + paths.parse(path).suffix  # "", its dead-letter or transfer dead-letter queue (TXN-VIA-003)
 
 
 def values(value: Any) -> list:
