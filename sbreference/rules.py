@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .clock import NEVER
 from .errors import ErrorCode, ServiceBusError
 from .message import Message
 from .timevalues import is_time, outward, same_time
@@ -65,12 +66,20 @@ def properties_of(
     message: Message, sequence_number: int | None = None, enqueued_time: int | None = None, size: int | None = None,
     epoch_ms: int = 0,
 ) -> Properties:
-    """What a filter sees of a message: its system properties and its application properties (times: RULES-SQL-016)."""
-    system = {f: getattr(message, f) for f in set(SYSTEM_PROPERTIES.values()) if hasattr(message, f)}
-    system["sequence_number"] = sequence_number
+    """What a filter sees of a message: its system properties and its application properties (times: RULES-SQL-016).
+    At the topic it has not been delivered, locked nor dead-lettered here (RULES-SQL-017); it expires at its
+    enqueue time plus its time to live (DateTime.MaxValue without one: the topic's default is not known here)."""
+    system = {f: getattr(message, f) for f in _MESSAGE_FIELDS if hasattr(message, f)}
+    system["sequence_number"] = system["enqueued_sequence_number"] = sequence_number
     system["enqueued_time"] = enqueued_time
     system["size"] = size
+    system["delivery_count"] = 0
+    ttl = message.time_to_live
+    system["expires_at"] = None if enqueued_time is None else enqueued_time + ttl if ttl is not None else NEVER
     return Properties(system, message.application_properties, epoch_ms)
+
+
+_MESSAGE_FIELDS = tuple(sorted(set(SYSTEM_PROPERTIES.values())))
 
 
 # ----------------------------------------------------------------------- filters

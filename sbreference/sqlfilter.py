@@ -69,6 +69,13 @@ SYSTEM_PROPERTIES: dict[str, str] = {
     "sequencenumber": "sequence_number",
     "enqueuedtimeutc": "enqueued_time",
     "size": "size",
+    # RULES-SQL-017: BrokeredMessage's other public properties, as they are at the topic
+    "deliverycount": "delivery_count",
+    "enqueuedsequencenumber": "enqueued_sequence_number",
+    "expiresatutc": "expires_at",
+    "deadlettersource": "dead_letter_source",
+    "lockeduntilutc": "locked_until",
+    "locktoken": "lock_token",
 }
 #: System properties an action may SET or REMOVE; the rest are the broker's.
 WRITABLE_SYSTEM_PROPERTIES = frozenset(
@@ -80,7 +87,7 @@ _STRING_SYSTEM = frozenset(WRITABLE_SYSTEM_PROPERTIES - {"time_to_live", "schedu
 
 #: RULES-SQL-016: system properties the model keeps as virtual milliseconds and a filter sees as a DateTime
 #: (an instant: the rules' epoch plus the milliseconds) or a TimeSpan (a length), as BrokeredMessage has them.
-INSTANT_FIELDS = frozenset({"enqueued_time", "scheduled_enqueue_time"})
+INSTANT_FIELDS = frozenset({"enqueued_time", "scheduled_enqueue_time", "expires_at"})
 DURATION_FIELDS = frozenset({"time_to_live"})
 
 

@@ -416,3 +416,31 @@ def test_serve_lets_the_python_sdk_receive_from_a_transfer_dead_letter_queue(ser
                 assert got.message_id == "m1" and got.dead_letter_reason
                 receiver.complete_message(got)
         assert admin.get_queue_runtime_properties("tvia").transfer_dead_letter_message_count == 0
+
+
+# ------------------------------------------------------------ system properties a filter may read
+
+
+@pytest.mark.clauses("RULES-SQL-017")
+def test_a_filter_reads_the_brokered_message_properties_the_model_did_not_know() -> None:
+    """"The `sys` value indicates system scope where `<property_name>` is a public property name of the
+    BrokeredMessage class" (service-bus-messaging-sql-filter): DeliveryCount, EnqueuedSequenceNumber, ExpiresAtUtc,
+    DeadLetterSource, LockedUntilUtc and LockToken are such properties. The model knew only those of
+    ServiceBusMessage (plus SequenceNumber, EnqueuedTimeUtc, Size) and called the others non-existent: an evaluation
+    error that dead-lettered every message. At the topic a message has not been delivered, locked or dead-lettered:
+    DeliveryCount is 0, the lock and dead-letter properties are null; ExpiresAtUtc is EnqueuedTimeUtc + TimeToLive."""
+    epoch = dt.datetime(1970, 1, 1, tzinfo=UTC)
+    ns, clock, conn = topic_with(Rule("r", SqlFilter(
+        "sys.DeliveryCount = 0 AND sys.EnqueuedSequenceNumber = sys.SequenceNumber AND sys.LockToken IS NULL "
+        "AND sys.LockedUntilUtc IS NULL AND sys.DeadLetterSource IS NULL AND sys.ExpiresAtUtc - sys.EnqueuedTimeUtc = @ttl",
+        {"@ttl": dt.timedelta(minutes=5)})))
+    clock.advance(MINUTE)
+    ns.send(conn, "t", Message(b"x", time_to_live=5 * MINUTE))
+    assert len(ns.receive(conn, "t/Subscriptions/s", max_count=5, mode="receive-and-delete")) == 1
+    assert ns.peek("t/Subscriptions/s/$DeadLetterQueue") == []
+    ns2, _, conn2 = topic_with(Rule("never", SqlFilter("sys.ExpiresAtUtc < @t", {"@t": epoch + dt.timedelta(days=365 * 8000)})))
+    assert not delivered(ns2, conn2)  # no time to live: DateTime.MaxValue
+    assert ns2.peek("t/Subscriptions/s/$DeadLetterQueue") == []
+    ns3, _, conn3 = topic_with(Rule("bad", SqlFilter("sys.NoSuchProperty = 1")))
+    assert not delivered(ns3, conn3)
+    assert len(ns3.peek("t/Subscriptions/s/$DeadLetterQueue")) == 1  # still an error
