@@ -25,11 +25,22 @@ from .store import MessageStore
 
 
 class TransferDeadLetterQueue(MessageStore):
-    """A dead-letter store whose sequence numbers are its own (its messages were never enqueued anywhere)."""
+    """A dead-letter store whose sequence numbers are its own (its messages were never enqueued anywhere), whose locks
+    last its owner's lock duration as it is now (a topic's description has the default, 1 minute)."""
 
-    def __init__(self, path: str, lock_duration: int, max_delivery_count: int, next_lock_token: Any) -> None:
-        super().__init__(path, lock_duration, max_delivery_count, is_dead_letter=True, next_lock_token=next_lock_token)
+    def __init__(self, path: str, owner: Any, next_lock_token: Any) -> None:
+        self.owner = owner
+        d = owner.description
+        super().__init__(path, d.lock_duration, d.max_delivery_count, is_dead_letter=True, next_lock_token=next_lock_token)
         self.last_sequence_number = 0
+
+    @property
+    def lock_duration(self) -> int:  # type: ignore[override]
+        return self.owner.description.lock_duration
+
+    @lock_duration.setter
+    def lock_duration(self, value: int) -> None:
+        pass  # always the owner's
 
     def __len__(self) -> int:
         """The messages it holds (TransferDeadLetterMessageCount)."""
@@ -53,7 +64,6 @@ def transfer_dead_letter_queue(owner: Any, path: str, next_lock_token: Any) -> T
     existing = owner.__dict__.get("transfer_dead_letter")
     if isinstance(existing, TransferDeadLetterQueue):
         return existing
-    d = owner.description  # a topic's has the defaults (1 minute, 10)
-    tdlq = TransferDeadLetterQueue(transfer_dead_letter_path(path), d.lock_duration, d.max_delivery_count, next_lock_token)
+    tdlq = TransferDeadLetterQueue(transfer_dead_letter_path(path), owner, next_lock_token)
     owner.transfer_dead_letter = tdlq
     return tdlq

@@ -444,3 +444,18 @@ def test_a_filter_reads_the_brokered_message_properties_the_model_did_not_know()
     ns3, _, conn3 = topic_with(Rule("bad", SqlFilter("sys.NoSuchProperty = 1")))
     assert not delivered(ns3, conn3)
     assert len(ns3.peek("t/Subscriptions/s/$DeadLetterQueue")) == 1  # still an error
+
+
+@pytest.mark.clauses("TXN-VIA-003")
+def test_the_transfer_dead_letter_queue_locks_for_its_entitys_current_lock_duration() -> None:
+    """Its locks last the queue's lock duration, as the dead-letter queue's do, also after an update."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via", lock_duration=5 * SECOND)
+    ns.create_queue("dst")
+    stranded(ns, conn, "a")
+    [d] = ns.receive(conn, TDLQ)
+    assert d.locked_until == clock.now + 5 * SECOND
+    ns.abandon(conn, TDLQ, d.lock_token)
+    ns.update("via", lock_duration=30 * SECOND)
+    [d] = ns.receive(conn, TDLQ)
+    assert d.locked_until == clock.now + 30 * SECOND
