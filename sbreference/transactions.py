@@ -201,8 +201,9 @@ class Transactions:
         """TXN-VIS-001: buffered until commit. ``via`` is the transfer entity (TXN-VIA-001): the send is
         scoped to it and the message goes on to ``path`` when the transaction commits."""
         batch = (messages,) if isinstance(messages, Message) else tuple(messages)
-        if via is not None:
-            self.namespace.sending_entity(via)  # the transfer entity exists and takes sends
+        if via is not None:  # the transfer entity exists and takes sends (TXN-VIA-005: a send via it is a send to it)
+            transfer = self.namespace.sending_entity(via)
+            refuse_send(transfer.kind, transfer.path, transfer.description.status)
         txn = self._enlist(conn, txn_id, via if via is not None else path)
         if txn.message_count() + len(batch) > MAX_TRANSACTION_MESSAGES:
             raise ServiceBusError(
@@ -347,6 +348,9 @@ class Transactions:
             raise ServiceBusError(
                 ErrorCode.ENTITY_NOT_FOUND, f"The transaction's entity '{txn.scope_entity.path}' was deleted.", transient=False
             )
+        sends_via = any(op.kind == "send" and scope_key(op.path) != txn.scope for op in txn.operations)
+        if txn.scope_entity is not None and sends_via:  # TXN-VIA-005: its transfer entity still takes sends
+            refuse_send(txn.scope_entity.kind, txn.scope_entity.path, txn.scope_entity.description.status)
         for op in txn.operations:
             if op.kind != "send":
                 self.namespace.receiving_store(op.path).locked_message(now, txn.conn, op.lock_token)

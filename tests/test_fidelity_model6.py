@@ -459,3 +459,27 @@ def test_the_transfer_dead_letter_queue_locks_for_its_entitys_current_lock_durat
     ns.update("via", lock_duration=30 * SECOND)
     [d] = ns.receive(conn, TDLQ)
     assert d.locked_until == clock.now + 30 * SECOND
+
+
+@pytest.mark.clauses("TXN-VIA-005")
+@pytest.mark.parametrize("status", ["Disabled", "SendDisabled"])
+def test_a_send_via_an_entity_whose_sends_are_disabled_is_refused(status: str) -> None:
+    """A send via an entity is a send to it (its transfer queue): "SendDisabled: You can't send messages to the queue
+    ... You'll get an exception if you try to send messages to the queue" (entity-suspend). The model took the send
+    and delivered it at the commit. Refused now at the send, and a commit after the via entity was disabled fails."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via")
+    ns.create_queue("dst")
+    ns.update("via", status=status)
+    txn = ns.transactions.declare(conn)
+    fails(ErrorCode.ENTITY_UNAVAILABLE, ns.transactions.send, conn, txn, "dst", Message(b"x", message_id="m"), via="via")
+    ns.update("via", status="Active")
+    ns.transactions.send(conn, txn, "dst", Message(b"x", message_id="m"), via="via")
+    ns.update("via", status=status)
+    fails(ErrorCode.TRANSACTION_ROLLBACK, ns.transactions.discharge, conn, txn, False)
+    assert ns.peek("dst") == []
+    ns.update("via", status="ReceiveDisabled")  # sends allowed
+    txn = ns.transactions.declare(conn)
+    ns.transactions.send(conn, txn, "dst", Message(b"y", message_id="n"), via="via")
+    ns.transactions.discharge(conn, txn, fail=False)
+    assert [d.message.message_id for d in ns.peek("dst")] == ["n"]
