@@ -50,6 +50,14 @@ def distinct(states: list[PieceModel]) -> list[PieceModel]:
     return out
 
 
+def _detached(v: Violation) -> Violation:
+    """``v``, kept for later, without its traceback and the error it replaced: their frames
+    hold whoever keeps it (this checker, the search's failures, the states), a cycle only
+    the cyclic GC would find."""
+    v.__traceback__ = v.__context__ = None
+    return v
+
+
 class _Op:
     __slots__ = ("inv", "comps", "done_at")
 
@@ -162,7 +170,7 @@ class PieceChecker:
                     cur_id = op_id
                     op.comps.append(row)
                 except Violation as v:
-                    self.violation = v
+                    self.violation = _detached(v)
                     self.done = True
                     break
                 except Undecidable as u:
@@ -191,7 +199,7 @@ class PieceChecker:
                     try:
                         c.state.apply(op.inv, op.comps)
                     except Violation as v:
-                        self.failed = v
+                        self.failed = _detached(v)
                         break
                     c.log.append((op.inv, op.comps))
             if not self.pending:
@@ -231,7 +239,7 @@ class PieceChecker:
                 c.applied(op)
                 kept.append(c)
             except Violation as v:
-                first = first or v
+                first = first or _detached(v)
         if not kept:
             raise first
         self.cands = kept
@@ -301,7 +309,7 @@ class PieceChecker:
                     try:
                         nxt.apply(ops[i].inv, [] if infos[i] else ops[i].comps, check=not infos[i])
                     except Violation as v:
-                        failures.append((bin(done).count("1"), v.watch is None, v))
+                        failures.append((bin(done).count("1"), v.watch is None, _detached(v)))
                         continue
                 after = done | (1 << i)
                 if after == full:
@@ -344,7 +352,7 @@ class PieceChecker:
                         self.needs_search = True
                         self._close_window()
             except Violation as v:
-                self.violation = v
+                self.violation = _detached(v)
             except Undecidable as u:
                 self.unknown = str(u)
         out = {"piece": self.key, "entity": self.entity, "events": self.events, "status": "valid", "pos": None,
