@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .clock import NEVER
 from .errors import ErrorCode, ServiceBusError
 from .message import Message
-from .timevalues import is_time, outward, same_time
+from .timevalues import Span, as_time, is_time, outward, same_time
 from .sqlfilter import (
     SYSTEM_PROPERTIES,
     UNKNOWN,
@@ -30,6 +30,7 @@ from .sqlfilter import (
     Properties,
     SqlActionStatement,
     SqlExpression,
+    type_name,
     parse_action,
     parse_filter,
 )
@@ -231,6 +232,9 @@ class SqlRuleAction:
                     if st.verb != "REMOVE":
                         evaluator.eval(st.value)
                     continue
+                if field_name == "time_to_live":  # RULES-ACT-006: the copy's own, a TimeSpan
+                    system[field_name] = None if st.verb == "REMOVE" else _time_to_live(evaluator.eval(st.value))
+                    continue
                 if field_name not in _WRITABLE:
                     raise FilterEvaluationError(f"the system property 'sys.{name}' cannot be changed by an action")
                 if st.verb == "REMOVE":
@@ -257,7 +261,18 @@ class SqlRuleAction:
                 if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
                     value = float(value)
             user[key if key is not None else name] = value
-        return message.with_changes(application_properties=user, **{f: system[f] for f in _WRITABLE})
+        return message.with_changes(application_properties=user, time_to_live=system.get("time_to_live"),
+                                    **{f: system[f] for f in _WRITABLE})
+
+
+def _time_to_live(value: Any) -> int | None:
+    """RULES-ACT-006: a TimeSpan set as a copy's time to live, in milliseconds (null: the entity's default)."""
+    if value is UNKNOWN or value is None:
+        return None
+    span = as_time(value)
+    if not isinstance(span, Span) or span.us <= 0:
+        raise FilterEvaluationError(f"'sys.TimeToLive' is a positive TimeSpan; cannot set it to {type_name(value)} {value!r}")
+    return max(1, span.us // 1000)
 
 
 _WRITABLE = frozenset(

@@ -483,3 +483,26 @@ def test_a_send_via_an_entity_whose_sends_are_disabled_is_refused(status: str) -
     ns.transactions.send(conn, txn, "dst", Message(b"y", message_id="n"), via="via")
     ns.transactions.discharge(conn, txn, fail=False)
     assert [d.message.message_id for d in ns.peek("dst")] == ["n"]
+
+
+@pytest.mark.clauses("RULES-ACT-006")
+def test_an_action_sets_the_copys_time_to_live() -> None:
+    """The action page: sys names "any of the properties on the Service Bus message"; TimeToLive is one a sender sets,
+    and topic-filters' list of properties an action changes to no effect does not name it. The model refused the
+    statement as it ran (a system property an action cannot change): every message was dead-lettered with
+    FilterEvaluationException. Now the copy expires after the TimeSpan set; REMOVE leaves it the entity's default; a
+    value that is no TimeSpan is an evaluation error (C# converts nothing to TimeSpan implicitly)."""
+    ns, clock, conn = topic_with(Rule("short", SqlFilter("1=1"), SqlRuleAction("SET sys.TimeToLive = @ttl", {"@ttl": dt.timedelta(seconds=10)})))
+    ns.send(conn, "t", Message(b"x", message_id="m", time_to_live=MINUTE))
+    assert ns.peek("t/Subscriptions/s/$DeadLetterQueue") == []
+    [d] = ns.peek("t/Subscriptions/s")
+    assert d.message.time_to_live == 10 * SECOND
+    clock.advance(11 * SECOND)
+    assert ns.receive(conn, "t/Subscriptions/s", mode="receive-and-delete") == []  # expired
+    ns2, clock2, conn2 = topic_with(Rule("none", SqlFilter("1=1"), SqlRuleAction("REMOVE sys.TimeToLive")))
+    ns2.send(conn2, "t", Message(b"x", time_to_live=SECOND))
+    clock2.advance(2 * SECOND)
+    assert len(ns2.receive(conn2, "t/Subscriptions/s", mode="receive-and-delete")) == 1  # the default: never
+    ns3, _, conn3 = topic_with(Rule("bad", SqlFilter("1=1"), SqlRuleAction("SET sys.TimeToLive = 10")))
+    assert not delivered(ns3, conn3)
+    assert len(ns3.peek("t/Subscriptions/s/$DeadLetterQueue")) == 1
