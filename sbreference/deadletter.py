@@ -55,9 +55,8 @@ class DeadLettering:
         session = self.sessions.get(session_id)
         if session is None:
             return
-        messages = self.messages
-        members = [m for m in (messages.get(seq) for seq in {*session.fresh, *session.returned}) if m is not None and m.state is State.ACTIVE]
-        for other in sorted(members, key=lambda m: m.sequence_number):
+        members = {m.sequence_number: m for m in (*session.fresh, *(m for _, m in session.returned)) if m.state is State.ACTIVE}
+        for _, other in sorted(members.items()):
             session.available -= 1
             self._expire(other, now, whole_session=False)
 

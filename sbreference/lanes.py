@@ -16,68 +16,68 @@ from .message import ACTIVE, StoredMessage
 class Lane:
     """The available messages of one FIFO, in sequence-number order.
 
-    New messages arrive with increasing sequence numbers and go to the back of
+    The lane holds the message records themselves (no lookup by sequence number on the way
+    out). New messages arrive with increasing sequence numbers and go to the back of
     ``fresh``; a message released back (abandon, lock expiry) goes into ``returned``, a
-    heap, and so comes before every newer message (SETTLE-LOCK-006). Entries may be
-    stale (a message expired from the middle): ``head`` skips them.
+    heap of (sequence number, record), and so comes before every newer message
+    (SETTLE-LOCK-006). Entries may be stale (a message expired from the middle is no longer
+    ACTIVE): ``head`` and ``pop_head`` skip them.
     """
 
     __slots__ = ("fresh", "returned", "available")
 
     def __init__(self) -> None:
-        self.fresh: deque[int] = deque()
-        self.returned: list[int] = []
+        self.fresh: deque[StoredMessage] = deque()
+        self.returned: list[tuple[int, StoredMessage]] = []
         self.available = 0
 
-    def _copy_into(self, other: "Lane") -> "Lane":
-        other.fresh = deque(self.fresh)
-        other.returned = list(self.returned)
+    def _copy_into(self, other: "Lane", copies: dict[int, StoredMessage]) -> "Lane":
+        """This lane over ``copies`` (a store's copied records by sequence number); stale entries are left out."""
+        other.fresh = deque(copies[m.sequence_number] for m in self.fresh if m.state is ACTIVE)
+        other.returned = [(seq, copies[seq]) for seq, m in self.returned if m.state is ACTIVE]
+        heapq.heapify(other.returned)
         other.available = self.available
         return other
 
-    def clone(self) -> "Lane":
-        return self._copy_into(Lane())
+    def clone(self, copies: dict[int, StoredMessage]) -> "Lane":
+        return self._copy_into(Lane(), copies)
 
-    def push(self, seq: int) -> None:
+    def push(self, msg: StoredMessage) -> None:
         fresh = self.fresh
-        if not fresh or seq > fresh[-1]:
-            fresh.append(seq)
+        if not fresh or msg.sequence_number > fresh[-1].sequence_number:
+            fresh.append(msg)
         else:
-            heapq.heappush(self.returned, seq)
+            heapq.heappush(self.returned, (msg.sequence_number, msg))
         self.available += 1
 
-    def head(self, messages: dict[int, StoredMessage]) -> StoredMessage | None:
+    def head(self) -> StoredMessage | None:
         """The oldest available message, dropping stale entries on the way."""
         fresh, returned = self.fresh, self.returned
         while True:
-            if returned and (not fresh or returned[0] < fresh[0]):
-                seq = returned[0]
-                source = returned
+            if returned and (not fresh or returned[0][0] < fresh[0].sequence_number):
+                msg = returned[0][1]
+                if msg.state is ACTIVE:
+                    return msg
+                heapq.heappop(returned)
             elif fresh:
-                seq = fresh[0]
-                source = fresh
-            else:
-                return None
-            msg = messages.get(seq)
-            if msg is not None and msg.state is ACTIVE:
-                return msg
-            if source is fresh:
+                msg = fresh[0]
+                if msg.state is ACTIVE:
+                    return msg
                 fresh.popleft()
             else:
-                heapq.heappop(returned)
+                return None
 
-    def pop_head(self, messages: dict[int, StoredMessage]) -> StoredMessage | None:
+    def pop_head(self) -> StoredMessage | None:
         """Take the oldest available message out of the lane."""
         fresh, returned = self.fresh, self.returned
         while True:
-            if returned and (not fresh or returned[0] < fresh[0]):
-                seq = heapq.heappop(returned)
+            if returned and (not fresh or returned[0][0] < fresh[0].sequence_number):
+                msg = heapq.heappop(returned)[1]
             elif fresh:
-                seq = fresh.popleft()
+                msg = fresh.popleft()
             else:
                 return None
-            msg = messages.get(seq)
-            if msg is not None and msg.state is ACTIVE:
+            if msg.state is ACTIVE:
                 self.available -= 1
                 return msg
 
@@ -98,7 +98,7 @@ class Session(Lane):
     def is_locked(self, now: int) -> bool:
         return self.holder is not None and now < self.locked_until
 
-    def clone(self) -> "Session":
-        other = self._copy_into(Session(self.session_id))
+    def clone(self, copies: dict[int, StoredMessage]) -> "Session":
+        other = self._copy_into(Session(self.session_id), copies)
         other.holder, other.locked_until, other.state, other.members = self.holder, self.locked_until, self.state, self.members
         return other

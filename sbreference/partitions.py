@@ -300,7 +300,7 @@ class PartitionedStore:
         for index in self.available_partitions():
             store = self.partitions[index]
             for sid in store.available_sessions(now):
-                head = store.sessions[sid].head(store.messages)
+                head = store.sessions[sid].head()
                 ready.append((head.enqueued_time, head.sequence_number, sid))
         return [sid for *_, sid in sorted(ready)]
 

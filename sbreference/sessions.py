@@ -55,7 +55,7 @@ class SessionLocks:
         ready = []
         for sid, session in self.sessions.items():
             if session.available and not session.is_locked(now):
-                head = session.head(self.messages)
+                head = session.head()
                 if head is not None:
                     ready.append((head.sequence_number, sid))
         return [sid for _, sid in sorted(ready)]

@@ -108,8 +108,8 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         messages = {seq: msg.copy() for seq, msg in self.messages.items()}
         other.messages = messages
         other.locks = {token: messages[msg.sequence_number] for token, msg in self.locks.items()}
-        other.lane = self.lane.clone()
-        other.sessions = {sid: session.clone() for sid, session in self.sessions.items()}
+        other.lane = self.lane.clone(messages)
+        other.sessions = {sid: session.clone(messages) for sid, session in self.sessions.items()}
         other.lock_deadlines = deque(self.lock_deadlines)
         other.session_deadlines = deque(self.session_deadlines)
         other.expiries = list(self.expiries)
@@ -192,16 +192,16 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         self.messages[seq] = msg
         if self.requires_session:
             session = self._lane_for(msg, create=True)
-            session.push(seq)
+            session.push(msg)
             session.members += 1
         else:
             lane = self.lane
             fresh = lane.fresh
-            if not fresh or seq > fresh[-1]:
-                fresh.append(seq)  # Lane.push, its usual case: the newest message goes last
+            if not fresh or seq > fresh[-1].sequence_number:
+                fresh.append(msg)  # Lane.push, its usual case: the newest message goes last
                 lane.available += 1
             else:
-                lane.push(seq)
+                lane.push(msg)
         if msg.expires_at < NEVER and not self.is_dead_letter:
             heapq.heappush(self.expiries, (msg.expires_at, seq))
             if msg.expires_at < self._due:
@@ -250,18 +250,17 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             lane = self.lane
             locked_until = now + self.lock_duration
         out: list[Delivery] = []
-        messages = self.messages
         if mode == PEEK_LOCK:
             track = lane is self.lane
             while len(out) < max_count:
-                msg = lane.pop_head(messages)
+                msg = lane.pop_head()
                 if msg is None:
                     break
                 self._lock(msg, holder, locked_until, track)
                 out.append(Delivery(msg))
         else:
             while len(out) < max_count:
-                msg = lane.pop_head(messages)
+                msg = lane.pop_head()
                 if msg is None:
                     break
                 out.append(Delivery(msg, COMPLETED))
@@ -271,7 +270,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
     def available_head(self, now: int) -> StoredMessage | None:
         """The message a receive would get next (non-session stores), without taking it."""
         self.tick(now)
-        return self.lane.head(self.messages)
+        return self.lane.head()
 
     def set_description(self, lock_duration: int, max_delivery_count: int, dead_lettering_on_message_expiration: bool) -> None:
         """An entity update: new locks use the new duration (existing locks keep theirs)."""
@@ -457,7 +456,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             self._expire(msg, now)  # SETTLE-TTL-004: expiry takes effect when the lock ends
             return
         msg.state = ACTIVE
-        self._lane_for(msg).push(msg.sequence_number)
+        self._lane_for(msg).push(msg)
         if self.observer is not None:
             self.observer(self.path, "released", msg)
 

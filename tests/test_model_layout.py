@@ -1,0 +1,32 @@
+"""The settlement store's data layout (#20): lanes hold the message records themselves, and a
+clone's lanes hold the clone's records, never the original's."""
+
+from __future__ import annotations
+
+from sbreference import Message
+from sbreference.message import ACTIVE, LOCKED, StoredMessage
+from sbreference.store import PEEK_LOCK, MessageStore
+
+
+def _store() -> MessageStore:
+    dlq = MessageStore("q/$DeadLetterQueue", 1_000, 10, is_dead_letter=True)
+    return MessageStore("q", 1_000, 10, dead_letter=dlq)
+
+
+def test_a_clone_receives_its_own_records_and_leaves_the_original_as_it_was() -> None:
+    store = _store()
+    for seq in (1, 2, 3):
+        store.enqueue(StoredMessage(Message(b"x", message_id=f"m{seq}"), seq, 0, 10_000 if seq == 2 else 1 << 62, 70))
+    (first,) = store.receive(0, 1, 1, PEEK_LOCK)
+    store.abandon(0, 1, first.lock_token)  # back to the head (SETTLE-LOCK-006): in the lane's returned heap
+    copy = store.clone()
+    got = copy.receive(0, 2, 3, PEEK_LOCK)
+    assert [d.sequence_number for d in got] == [1, 2, 3]
+    assert all(d._stored is copy.messages[d.sequence_number] for d in got)
+    assert all(msg.state is LOCKED for msg in copy.messages.values())
+    assert all(msg.state is ACTIVE and msg.lock_token is None for msg in store.messages.values())
+    # the original still hands out all three, in order, and message 2 expires from the middle of its lane
+    (head,) = store.receive(0, 1, 1, PEEK_LOCK)
+    assert head.sequence_number == 1 and head.delivery_count == 2
+    assert [d.sequence_number for d in store.receive(20_000, 1, 5, PEEK_LOCK)] == [1, 3]  # its lock expired; 2 expired
+    assert [d.sequence_number for d in copy.receive(20_000, 2, 5, PEEK_LOCK)] == [1, 3]  # its locks expired; 2 expired
