@@ -282,7 +282,7 @@ class PieceModel:
                 continue
             if session is not None and store.requires_session and (lane.holder is None or not lane.is_locked(now)):
                 continue
-            head = lane.head(store.messages)
+            head = lane.head()
             if head is not None:
                 raise Violation("lost-message", row, f"message seq {head.sequence_number} ({head.message.message_id})",
                                 "an empty receive", seq=head.sequence_number, message_id=head.message.message_id,
@@ -315,7 +315,7 @@ class PieceModel:
         else:
             lane = store.lane
             kind = "out-of-order-key" if msg.message.partition_key is not None and self.config.get("enable_partitioning") else "out-of-order"
-        head = lane.head(store.messages)
+        head = lane.head()
         if head is not msg:
             expected = head.sequence_number if head is not None else None
             raise Violation(kind, row, f"head seq {expected}", f"seq {seq}", watch=expected)
