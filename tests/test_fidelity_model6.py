@@ -506,3 +506,18 @@ def test_an_action_sets_the_copys_time_to_live() -> None:
     ns3, _, conn3 = topic_with(Rule("bad", SqlFilter("1=1"), SqlRuleAction("SET sys.TimeToLive = 10")))
     assert not delivered(ns3, conn3)
     assert len(ns3.peek("t/Subscriptions/s/$DeadLetterQueue")) == 1
+
+
+def test_an_instant_writes_the_date_it_holds() -> None:
+    """sbreference.timevalues computes civil dates without the datetime module: checked against it."""
+    from sbreference.timevalues import Instant, Span, as_time
+
+    for d in (dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(2000, 2, 29, 23, 59, 59, 999999, tzinfo=UTC),
+              dt.datetime(1, 1, 1, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC), dt.datetime(1969, 12, 31, 12, 0, 0, 5)):
+        t = as_time(d)
+        assert isinstance(t, Instant) and t == d
+        expected = d.replace(tzinfo=None).isoformat().rstrip("0") if d.microsecond else d.replace(tzinfo=None).isoformat()
+        assert t.isoformat() == expected + "Z"
+    assert as_time(dt.timedelta(days=-1, seconds=5)) == Span(-86_395_000_000)
+    with pytest.raises(OverflowError):
+        Instant(as_time(dt.datetime(9999, 12, 31, 23, 59, 59, 999999)).us + 1)
