@@ -7,6 +7,9 @@ import pandas (most of a second) on first use."""
 
 from __future__ import annotations
 
+import gc
+from itertools import repeat
+
 from .checker import piece_key
 from .schema import FIELD_NAMES
 
@@ -66,19 +69,33 @@ def column_values(column) -> list:
 UNREAD = ("trace", "error")
 
 
-def rows_of(batch) -> list[tuple]:
-    """Row tuples (FIELD_NAMES order) of an Arrow record batch, converted column-wise."""
+def rows_of(batch, order: list[int] | None = None) -> list[tuple]:
+    """Row tuples (FIELD_NAMES order) of an Arrow record batch, converted column-wise; in
+    ``order`` (``by_piece``'s), if given.
+
+    The cyclic GC is paused meanwhile: each row tuple allocated would count towards its next
+    collection, and each of those collections would walk the column lists (a batch's worth
+    of references each) again; the tuples hold only strings and numbers, so the first
+    collection after this leaves them untracked, and nothing here can form a cycle."""
     names = batch.schema.names
     n = batch.num_rows
     if not n:
         return []
-    cols = []
-    for name in FIELD_NAMES:
-        if name in names and name not in UNREAD:
-            cols.append(column_values(batch.column(names.index(name))))
-        else:
-            cols.append([None] * n)
-    return list(zip(*cols))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        cols = []
+        for name in FIELD_NAMES:
+            if name in names and name not in UNREAD:
+                cols.append(column_values(batch.column(names.index(name))))
+            else:
+                cols.append(repeat(None, n))
+        rows = list(zip(*cols))
+        del cols
+        return rows if order is None else list(map(rows.__getitem__, order))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:

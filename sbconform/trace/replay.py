@@ -105,9 +105,7 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
     forwards: dict[str, set[str]] = {}  # piece key of an auto-forwarding source -> its destinations' keys
     for batch in batches:
         order, runs, last = by_piece(batch)
-        rows = rows_of(batch)
-        if order is not None:
-            rows = list(map(rows.__getitem__, order))
+        rows = rows_of(batch, order)
         for i in going_back(batch, order):  # none, or a piece's first row after another piece's
             key = piece_key(rows[i][ENTITY])
             if key == piece_key(rows[i - 1][ENTITY]):
