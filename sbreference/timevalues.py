@@ -1,4 +1,4 @@
-"""Dates and durations as rules see them (RULES-CORR-004, RULES-SQL-016).
+"""Dates and durations as rules see them (RULES-CORR-004, RULES-SQL-016), and newid()'s GUIDs (RULES-SQL-018).
 
 Service Bus evaluates filters and actions over .NET values: a date is a DateTime, a duration a TimeSpan,
 and "operators follow the same semantics as the C# operator binding"
@@ -104,21 +104,30 @@ def as_time(v: Any) -> Instant | Span | None:
     return None
 
 
-#: How a date or duration an action computed leaves the model (RULES-SQL-016: SET user.at = sys.EnqueuedTimeUtc):
+class Guid(str):
+    """A System.Guid, as newid() makes one (RULES-SQL-018): its text ("D" format) is what C# concatenates; compared
+    with a string it binds no operator (the evaluator compares values of one type only)."""
+
+    __slots__ = ()
+
+
+#: How a date, duration or GUID an action computed leaves the model (RULES-SQL-016: SET user.at = sys.EnqueuedTimeUtc):
 #: a converter the host installs (sbconform's server installs one to datetime and to com.microsoft:timespan),
 #: else the model's own Instant and Span. A conversion of types, the same for every namespace in a process.
-_outward: Callable[[Instant | Span], Any] | None = None
+_outward: Callable[[Instant | Span | Guid], Any] | None = None
 
 
-def install_outward(convert: Callable[[Instant | Span], Any] | None) -> None:
+def install_outward(convert: Callable[[Instant | Span | Guid], Any] | None) -> None:
     global _outward
     _outward = convert
 
 
 def outward(v: Any) -> Any:
-    """``v`` as it is stored on a message: a date or duration converted by the host's converter, if any."""
+    """``v`` as it is stored on a message: a date, duration or GUID converted by the host's converter, if any."""
     if _outward is None or type(v) in (str, int, float, bool) or v is None:
         return v
+    if isinstance(v, Guid):
+        return _outward(v)
     t = as_time(v)
     return v if t is None else _outward(t)
 

@@ -21,9 +21,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
-from sbreference.timevalues import Instant, Span, install_outward
+from sbreference.timevalues import Guid, Instant, Span, install_outward
 from sbreference import CorrelationFilter, ErrorCode, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
 
 #: The descriptor codes as Service Bus and its clients write them. The filters' have one digit
@@ -70,11 +71,13 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TIMESPAN = "com.microsoft:timespan"
 
 
-def _outward(value: Instant | Span) -> Any:
-    """A date or duration a rule action computed, as serve stores it: a datetime (an AMQP timestamp on the
-    wire), a described com.microsoft:timespan (RULES-SQL-016)."""
+def _outward(value: Instant | Span | Guid) -> Any:
+    """A date, duration or GUID a rule action computed, as serve stores it: a datetime (an AMQP timestamp on the
+    wire), a described com.microsoft:timespan (RULES-SQL-016), a UUID (an AMQP uuid, RULES-SQL-018)."""
     from proton import Described, symbol
 
+    if isinstance(value, Guid):
+        return uuid.UUID(value)
     if isinstance(value, Instant):
         return _EPOCH + dt.timedelta(microseconds=value.us)
     return Described(symbol(TIMESPAN), value.us * 10)
