@@ -124,7 +124,7 @@ class Routing:
             return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
         entity = self._entity(parsed.key)
         if entity.kind == "topic":
-            self._date_rules(entity)
+            self._stamp_rules(entity)
         if parsed.transfer:  # TXN-VIA-003: a queue's, or a topic's used as a transfer entity
             return entity, transfer_dead_letter_queue(entity, entity.path, entity.next_lock_token)
         if dead_letter:
@@ -133,13 +133,15 @@ class Routing:
             return entity, entity.store.dead_letter_queue
         return entity, None
 
-    def _date_rules(self, topic: Entity) -> None:
-        """RULES-SQL-016: the dates a subscription's filters see (sys.EnqueuedTimeUtc) are the clock's: its start
-        (a server's ``epoch_ms``; the virtual clock's is 1970-01-01T00:00:00Z) plus the model's milliseconds. Set
-        whenever the topic's route is resolved, which a new subscription or rule makes happen again."""
+    def _stamp_rules(self, topic: Entity) -> None:
+        """What a subscription's rules need of their surroundings, set whenever the topic's route is resolved (a new
+        subscription or rule, or a change of forwarding, makes that happen again): the dates its filters see
+        (sys.EnqueuedTimeUtc) are the clock's, its start (a server's ``epoch_ms``; the virtual clock's is
+        1970-01-01T00:00:00Z) plus the model's milliseconds (RULES-SQL-016); whether it auto-forwards (RULES-ACT-005)."""
         epoch = getattr(self.clock, "epoch_ms", 0)
         for sub in topic.subscriptions.values():
             sub.rules.epoch_ms = epoch
+            sub.rules.forwards = sub.description.forward_to is not None
 
     def _receiving_store(self, path: str, use: bool = True) -> MessageStore:
         route = self._routes.get(path)

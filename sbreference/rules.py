@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .clock import NEVER
 from .errors import ErrorCode, ServiceBusError
 from .message import Message
-from .timevalues import Span, as_time, is_time, outward, same_time
+from .timevalues import Instant, Span, as_time, is_time, outward, same_time
 from .sqlfilter import (
     SYSTEM_PROPERTIES,
     UNKNOWN,
@@ -217,8 +217,9 @@ class SqlRuleAction:
     def checked(self) -> "SqlRuleAction":
         return self if self.statements is not None else SqlRuleAction(self.expression, self.parameters)
 
-    def apply(self, message: Message, props: Properties) -> Message:
-        """The annotated copy; statements run in order, each seeing the earlier ones' changes."""
+    def apply(self, message: Message, props: Properties, forwards: bool = False) -> Message:
+        """The annotated copy; statements run in order, each seeing the earlier ones' changes. ``forwards``: the
+        subscription auto-forwards its copies (RULES-ACT-005)."""
         current = Properties(props.system, message.application_properties, props.epoch_ms)  # copies: the message stays as sent
         system, user = current.system, current.user  # each statement sees the earlier ones' changes
         evaluator = Evaluator(current)
@@ -227,10 +228,12 @@ class SqlRuleAction:
             if scope == "sys":
                 field_name = current.system_field(name)
                 if field_name == "scheduled_enqueue_time":
-                    # RULES-ACT-005: "When you set or update this property, it's ignored on the subscription"
-                    # (topic-filters): evaluated (an error still fails the action), not applied.
-                    if st.verb != "REMOVE":
-                        evaluator.eval(st.value)
+                    # RULES-ACT-005: "When you set or update this property, it's ignored on the subscription. Although
+                    # when autoforwarding to another queue or topic, they're reevaluated" (topic-filters): evaluated (an
+                    # error still fails the action), applied only to a copy the subscription forwards, if a date.
+                    when = None if st.verb == "REMOVE" else as_time(evaluator.eval(st.value))
+                    if forwards and (st.verb == "REMOVE" or isinstance(when, Instant)):
+                        system[field_name] = None if when is None else when.us // 1000 - props.epoch_ms
                     continue
                 if field_name == "time_to_live":  # RULES-ACT-006: the copy's own, a TimeSpan
                     system[field_name] = None if st.verb == "REMOVE" else _time_to_live(evaluator.eval(st.value))
@@ -262,7 +265,7 @@ class SqlRuleAction:
                     value = float(value)
             user[key if key is not None else name] = value
         return message.with_changes(application_properties=user, time_to_live=system.get("time_to_live"),
-                                    **{f: system[f] for f in _WRITABLE})
+                                    scheduled_enqueue_time=system.get("scheduled_enqueue_time"), **{f: system[f] for f in _WRITABLE})
 
 
 def _time_to_live(value: Any) -> int | None:
@@ -314,6 +317,8 @@ class RuleSet:
     (sys.EnqueuedTimeUtc, RULES-SQL-016): 1970-01-01T00:00:00Z unless set (a server on real time sets its start)."""
 
     epoch_ms = 0
+    #: whether the subscription auto-forwards its copies (RULES-ACT-005), set with ``epoch_ms``
+    forwards = False
 
     def __init__(self, rules: Sequence[Rule] | None = None) -> None:
         self.rules: dict[str, Rule] = {}
@@ -399,7 +404,7 @@ def route(
             if rule.action is None:
                 plain = True
                 continue
-            copy = rule.action.apply(message, props)
+            copy = rule.action.apply(message, props, rules.forwards)
         except FilterEvaluationError as error:
             if dead_letter_on_errors:
                 return Routed(dead_letter=(FILTER_EVALUATION_DEAD_LETTER_REASON, f"rule '{rule.name}': {error}"))

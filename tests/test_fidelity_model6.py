@@ -558,3 +558,23 @@ def test_a_guid_is_not_a_string() -> None:
     from sbreference.timevalues import Guid, outward
 
     assert outward(Guid("00000000-0000-0000-0000-000000000007")) == uuid.UUID(int=7)
+
+
+@pytest.mark.clauses("RULES-ACT-005")
+def test_a_scheduled_enqueue_time_set_by_an_action_is_evaluated_again_when_the_subscription_forwards() -> None:
+    """topic-filters: an action's ScheduledEnqueueTime "is ignored on the subscription. Although when autoforwarding to
+    another queue or topic, they're reevaluated". The model ignored it there too (its note: which values convert to a
+    DateTime was undocumented; dates are values since RULES-SQL-016): the forwarded copy arrived at once. Now a date
+    set by the action schedules the copy in the destination; a subscription that does not forward still ignores it."""
+    ns, clock, conn = topic_with(Rule("later", SqlFilter("1=1"), SqlRuleAction("SET sys.ScheduledEnqueueTimeUtc = sys.EnqueuedTimeUtc + @delay",
+                                                                                   {"@delay": dt.timedelta(minutes=1)})))
+    ns.create_queue("q")
+    ns.create_subscription("t", "fwd", forward_to="q")
+    ns.remove_rule("t/Subscriptions/fwd", "$Default")
+    ns.add_rule("t/Subscriptions/fwd", Rule("later", SqlFilter("1=1"), SqlRuleAction(
+        "SET sys.ScheduledEnqueueTimeUtc = sys.EnqueuedTimeUtc + @delay", {"@delay": dt.timedelta(minutes=1)})))
+    ns.send(conn, "t", Message(b"x", message_id="m"))
+    assert [d.message.message_id for d in ns.receive(conn, "t/Subscriptions/s", mode="receive-and-delete")] == ["m"]
+    assert ns.receive(conn, "q", mode="receive-and-delete") == []  # scheduled in the destination
+    clock.advance(MINUTE)
+    assert [d.message.message_id for d in ns.receive(conn, "q", mode="receive-and-delete")] == ["m"]
