@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 # make certify needs only the kit (pytest, pytest-bdd, Hypothesis); make test adds Spark, the SDK, containers
 EXTRAS ?= test,spark,sdk,containers
 REPORT_DIR ?= reports/reference
+# make test runs the test files on this many processes (pytest-xdist; one file's tests stay on one)
+TEST_WORKERS ?= 2
 
 .PHONY: setup setup-certify certify test bench bench-sdk serve clean
 
@@ -28,7 +30,7 @@ certify: setup-certify
 	$(BIN)/sbconform certify --target reference --report-dir $(REPORT_DIR)
 
 test: setup
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 bench: setup-certify
 	$(BIN)/python benchmarks/model_cycle.py

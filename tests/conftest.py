@@ -69,3 +69,29 @@ def sbconform_wheel(tmp_path_factory) -> Path:
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = (root / "dist").glob("sbconform-*.whl")
     return wheel
+
+
+# `make test` runs the files on two processes (pytest-xdist, --dist loadgroup). Each file is one
+# group, so a module's fixtures (a certification run, a Spark session) are made once; files that
+# share something outside the process share one group and so never run at the same time: the
+# container engine (the sweep test counts the labelled containers of the stand-in images others
+# start too) and clients/js's node_modules (npm ci installs it on first use).
+SHARED_GROUPS = {
+    "test_container.py": "container-engine", "test_container_sweep.py": "container-engine",
+    "test_emulator.py": "container-engine",
+    "test_js_flows.py": "clients-js", "test_proxy_js.py": "clients-js",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """One xdist group per test file, or the shared group its file belongs to (before xdist
+    reads the groups; without xdist the marker means nothing)."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
+
+
+def pytest_configure(config) -> None:
+    # registered here too: certify's test processes and a venv without pytest-xdist know it
+    config.addinivalue_line("markers", "xdist_group(name): tests of one group run on one xdist worker")
