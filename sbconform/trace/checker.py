@@ -33,6 +33,8 @@ from .verdicts import (  # noqa: F401  (the row layout and verdicts, importable 
 )
 
 DLQ_SUFFIX = DEAD_LETTER_SUFFIX
+#: The arguments of an operation recorded without any (shared: read, never changed)
+NO_ARGS: dict = {}
 DEFAULT_SEARCH_BOUND = 2000
 MAX_CANDIDATES = 64
 #: operations between checkpoints of the state (a window needing the search rebuilds its
@@ -141,7 +143,7 @@ class PieceModel:
     def _args(self, row: tuple) -> dict:
         text = row[ARGS]
         if text is None:
-            return {}
+            return NO_ARGS
         cache = self.shared.args
         parsed = cache.get(text)
         if parsed is None:
@@ -215,10 +217,11 @@ class PieceModel:
 
     # -- receive
     def _receive(self, inv, comps, check):
-        args = self._args(inv)
+        text = inv[ARGS]
+        args = NO_ARGS if text is None else self.shared.args.get(text) or self._args(inv)  # _args, inline
         mode = args.get("mode", PEEK_LOCK)
         session = inv[SESSION] if inv[SESSION] is not None else args.get("session")
-        holder = self._holder(inv)
+        holder = self.shared.holders.get(inv[CONN] if inv[CONN] is not None else inv[CLIENT]) or self._holder(inv)
         dead_letter = _is_dead_letter(inv[ENTITY])
         partitioned, stores = self.config.get("enable_partitioning"), self.stores
         for row in comps:
@@ -247,7 +250,7 @@ class PieceModel:
                 raise Violation(kind, row, f"delivery count {d.delivery_count} (max {store.max_delivery_count})",
                                 f"delivery count {row[DELIVERY_COUNT]}")
             if d.lock_token is not None and row[LOCK] is not None:
-                self._remember_lock(row[LOCK], p, dead_letter, d.lock_token, seq, d.locked_until)
+                self.locks[row[LOCK]] = (p, dead_letter, d.lock_token, seq, d.locked_until)
 
     def _remember_lock(self, lock, p, dead_letter, token, seq, locked_until):
         self.locks[lock] = (p, dead_letter, token, seq, locked_until)
@@ -351,7 +354,8 @@ class PieceModel:
         row = comps[0] if comps else inv
         lock = inv[LOCK] if inv[LOCK] is not None else row[LOCK]
         entry = self.locks.get(lock)
-        now = self._tick_time(row)
+        t = row[TIME]
+        now = self.now = t if t > self.now else self.now  # _tick_time
         if entry is None or entry[2] is None:  # no live lock: any success is a violation
             if not check:
                 return
@@ -364,14 +368,16 @@ class PieceModel:
                 raise Violation(kind, row, f"message-lock-lost (lock held until {until})", f"{inv[OP]} ok at {now}")
             raise Violation("unknown-lock", row, f"no lock {lock!r} was issued in this entity", f"{inv[OP]} ok")
         p, dead_letter, token, seq, locked_until = entry
-        store = self.store(p)
+        store = self.stores.get(p) or self.store(p)
         if dead_letter:
             store = store.dead_letter_queue
-        holder = self._holder(inv)
+        holder = self.shared.holders.get(inv[CONN] if inv[CONN] is not None else inv[CLIENT]) or self._holder(inv)
         op = inv[OP]
         try:
-            if op != "renew-lock":
-                a = self._args(inv) if op in MODIFYING else {}
+            if op == "complete":
+                store.complete(now, holder, token)  # settle(store, "complete", ...), one call shorter
+            elif op != "renew-lock":
+                a = self._args(inv) if op in MODIFYING else NO_ARGS
                 settle(store, op, now, holder, token, reason=a.get("reason"), description=a.get("description"), properties=a.get("properties"))
             else:
                 until = store.renew_lock(now, holder, token)
