@@ -578,3 +578,24 @@ def test_a_scheduled_enqueue_time_set_by_an_action_is_evaluated_again_when_the_s
     assert ns.receive(conn, "q", mode="receive-and-delete") == []  # scheduled in the destination
     clock.advance(MINUTE)
     assert [d.message.message_id for d in ns.receive(conn, "q", mode="receive-and-delete")] == ["m"]
+
+
+def test_dates_at_the_ends_of_datetimes_range_are_written_with_four_digit_years() -> None:
+    # strftime's %Y wrote year 1 as '1-01-01T...', which the SDK's ISO 8601 parser refuses: a rule
+    # created with datetime(1, 1, 1) could not be read back
+    from sbconform.server.atom_rules import _date_text, _parse_date, _value_type
+
+    first = dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)
+    assert _value_type(first) == ("dateTime", "0001-01-01T00:00:00Z")
+    assert _parse_date(_date_text(first)) == first
+    assert _date_text(dt.datetime(9999, 12, 31, 23, 59, 59, 999999)) == "9999-12-31T23:59:59.999999Z"
+
+
+def test_a_date_whose_utc_instant_is_outside_datetimes_range_is_refused_when_read() -> None:
+    # 0001-01-01T00:30:00+01:00 is before year 1 in UTC: read it, and writing it back overflowed
+    from sbconform.server.atom_rules import _parse_date
+
+    with pytest.raises((ValueError, OverflowError)):
+        _parse_date("0001-01-01T00:30:00+01:00")
+    assert _parse_date("2026-01-01T01:00:00+01:00") == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    assert _parse_date("2026-01-01T00:00:00+01:00").utcoffset() == dt.timedelta(0)

@@ -46,7 +46,8 @@ def _date_text(value: dt.datetime) -> str:
     """A DateTime as XmlConvert writes a UTC one: ``2026-01-01T00:00:00Z``, fractional seconds without
     trailing zeros (a date without an offset is UTC, RULES-CORR-004)."""
     value = (value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value).astimezone(dt.timezone.utc)
-    text = value.strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+    # the year as four digits: strftime's %Y writes year 1 as '1', which ISO 8601 readers refuse
+    text = f"{value.year:04d}-{value:%m-%dT%H:%M:%S.%f}".rstrip("0").rstrip(".")
     return text + "Z"
 
 
@@ -65,8 +66,10 @@ _XS_DURATION = re.compile(r"^(-)?P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?
 
 
 def _parse_date(text: str) -> dt.datetime:
-    value = dt.datetime.fromisoformat(text.strip())  # ValueError: reported as not a valid dateTime
-    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value
+    """An xs:dateTime as a UTC DateTime; ValueError (not a valid dateTime) or OverflowError (its UTC
+    instant outside DateTime's range, e.g. 0001-01-01T00:30:00+01:00) is the caller's 400."""
+    value = dt.datetime.fromisoformat(text.strip())
+    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
 
 
 def _parse_duration(text: str) -> dt.timedelta:
