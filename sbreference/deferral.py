@@ -68,8 +68,7 @@ class Deferral:
             if mode == PEEK_LOCK:
                 msg.deferred = True
                 locked_until = session.locked_until if session is not None else now + self.lock_duration
-                self._lock(msg, holder, locked_until, track=session is None)
-                out.append(Delivery(msg))
+                out.append(self._lock(msg, holder, locked_until, track=session is None))
             else:
                 out.append(Delivery(msg, State.COMPLETED))
                 self._remove(msg, State.COMPLETED, "consumed")

@@ -249,6 +249,17 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                 )
             lane = self.lane
             locked_until = now + self.lock_duration
+            if max_count == 1 and mode == PEEK_LOCK:
+                # The usual receive: one message, under a peek-lock. Lane.pop_head's usual case, inline.
+                fresh = lane.fresh
+                if fresh and not lane.returned and fresh[0].state is ACTIVE:
+                    msg = fresh.popleft()
+                    lane.available -= 1
+                else:
+                    msg = lane.pop_head()
+                    if msg is None:
+                        return []
+                return [self._lock(msg, holder, locked_until)]
         out: list[Delivery] = []
         if mode == PEEK_LOCK:
             track = lane is self.lane
@@ -256,8 +267,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                 msg = lane.pop_head()
                 if msg is None:
                     break
-                self._lock(msg, holder, locked_until, track)
-                out.append(Delivery(msg))
+                out.append(self._lock(msg, holder, locked_until, track))
         else:
             while len(out) < max_count:
                 msg = lane.pop_head()
@@ -280,8 +290,8 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         if self.dead_letter_queue is not None:
             self.dead_letter_queue.set_description(lock_duration, max_delivery_count, False)
 
-    def _lock(self, msg: StoredMessage, holder: int, locked_until: int, track: bool = True) -> None:
-        """SETTLE-LOCK-001: lock ``msg`` for ``holder`` until ``locked_until``; ``track``
+    def _lock(self, msg: StoredMessage, holder: int, locked_until: int, track: bool = True) -> Delivery:
+        """SETTLE-LOCK-001: lock ``msg`` for ``holder`` until ``locked_until``, and hand it over; ``track``
         puts the deadline in the lock queue (session messages follow their session lock).
         The holder is the connection that received the message: its locks are lost with it
         (SETTLE-LOCK-009); who may settle the lock is another matter (SETTLE-LOCK-011)."""
@@ -301,6 +311,7 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                     self._due = locked_until
         if self.observer is not None:
             self.observer(self.path, "locked", msg)
+        return Delivery(msg)
 
     # ---------------------------------------------------------- settlement
 
@@ -335,9 +346,18 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
     def complete(self, now: int, holder: int, lock_token: int) -> None:
         """SETTLE-COMP-001: the message is removed."""
         msg = self.locks.get(lock_token)
-        if msg is None or now >= self._due or self.requires_session:
-            msg = self.locked_message(now, holder, lock_token)  # time first, a session's holder, or lock lost
-        self._remove(msg, COMPLETED, "completed")  # its lock ends with it
+        if msg is None or now >= self._due or self.requires_session or self.observer is not None:
+            self._remove(self.locked_message(now, holder, lock_token), COMPLETED, "completed")  # time first, a session's holder...
+            return
+        del self.messages[msg.sequence_number]  # the usual settlement: _remove, inline (the message and its lock end)
+        del self.locks[lock_token]
+        deadlines = self.lock_deadlines
+        if deadlines and deadlines[-1][1] == lock_token:
+            deadlines.pop()  # as _unlock does
+        msg.lock_token = msg.locked_until = msg.holder = None
+        msg.state = COMPLETED
+        if self.on_remove is not None:
+            self.on_remove(msg)
 
     def abandon(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
         """SETTLE-ABAN-001: released at once, as a failed delivery; SETTLE-MOD-001: with the
@@ -366,7 +386,6 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         msg = self.locked_message(now, holder, lock_token)
         self._release(msg, now, failed=False)
 
-
     def renew_lock(self, now: int, holder: int, lock_token: int) -> int:
         """SETTLE-LOCK-004: the lock is extended by the lock duration, from now; any receiver
         of the store may renew it (SETTLE-LOCK-011), and it stays its holder's lock
@@ -381,7 +400,6 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         self._add_deadline(self.lock_deadlines, msg.locked_until, lock_token)
         return msg.locked_until
 
-
     # ---------------------------------------------------------------- peek
 
     def peek(self, now: int, from_sequence_number: int, max_count: int, session_id: str | None = None) -> list[Delivery]:
@@ -394,7 +412,6 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         ]
         chosen = heapq.nsmallest(max_count, seqs) if len(seqs) > max_count else sorted(seqs)
         return [Delivery(self.messages[seq]) for seq in chosen]
-
 
     # ---------------------------------------------------------- connections
 
@@ -423,20 +440,15 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             self._due = deadline
 
     def _unlock(self, msg: StoredMessage) -> None:
+        """The lock ends before its deadline, which stays behind, stale (``tick`` skips it); unless
+        it is the newest deadline, as when messages are settled in the order they were received:
+        then it leaves now, so that the queue does not grow with settled locks."""
         token = msg.lock_token
         del self.locks[token]
-        self._drop_newest_deadline(token)
-        msg.lock_token = None
-        msg.locked_until = None
-        msg.holder = None
-
-    def _drop_newest_deadline(self, token: int) -> None:
-        """A lock that ends before its deadline leaves its deadline behind, stale (``tick``
-        skips it). When it is the newest deadline, as when messages are settled in the order
-        they were received, it leaves now: the queue does not grow with settled locks."""
         deadlines = self.lock_deadlines
         if deadlines and deadlines[-1][1] == token:
             deadlines.pop()
+        msg.lock_token = msg.locked_until = msg.holder = None
 
     def _release(self, msg: StoredMessage, now: int, failed: bool) -> None:
         """A lock ends without settlement: back to the head, or onwards if it must."""
@@ -460,19 +472,13 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         if self.observer is not None:
             self.observer(self.path, "released", msg)
 
-
     def _remove(self, msg: StoredMessage, final: State, event: str, keep_bytes: bool = False) -> None:
         """The copy leaves this store in state ``final``, with its lock if it had one; the entity
         stops counting its bytes unless it moves on within the entity (``keep_bytes``: to the
         dead-letter subqueue)."""
         del self.messages[msg.sequence_number]
-        token = msg.lock_token
-        if token is not None:  # settled under its lock (complete): the lock ends (_unlock)
-            del self.locks[token]
-            deadlines = self.lock_deadlines
-            if deadlines and deadlines[-1][1] == token:
-                deadlines.pop()  # _drop_newest_deadline, inline: the usual settlement
-            msg.lock_token = msg.locked_until = msg.holder = None
+        if msg.lock_token is not None:  # settled under its lock: the lock ends with it
+            self._unlock(msg)
         msg.state = final
         if self.requires_session:
             self._forget_idle_session(msg.session_id, -1)
@@ -490,4 +496,3 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             "deferred": self.deferred_count,
             "dead_letter": len(self.dead_letter_queue.messages) if self.dead_letter_queue is not None else 0,
         }
-

@@ -22,7 +22,7 @@ def test_a_clone_receives_its_own_records_and_leaves_the_original_as_it_was() ->
     copy = store.clone()
     got = copy.receive(0, 2, 3, PEEK_LOCK)
     assert [d.sequence_number for d in got] == [1, 2, 3]
-    assert all(d._stored is copy.messages[d.sequence_number] for d in got)
+    assert all(copy.messages[d.sequence_number].lock_token == d.lock_token for d in got)
     assert all(msg.state is LOCKED for msg in copy.messages.values())
     assert all(msg.state is ACTIVE and msg.lock_token is None for msg in store.messages.values())
     # the original still hands out all three, in order, and message 2 expires from the middle of its lane
