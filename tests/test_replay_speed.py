@@ -72,3 +72,25 @@ def test_decoding_a_batch_runs_no_gc_collection(tmp_path) -> None:
     assert len(decoded) == n and [r[1] for r in decoded[:2]] == [0, 3]  # in piece order: q0's rows first
     assert gc.isenabled()
     assert not collections, f"{len(collections)} collections while decoding {n} rows"
+
+
+def test_the_creations_of_a_batch_are_found_column_wise() -> None:
+    """check_batches looked at every row of a batch whose op dictionary names a creation (every
+    batch of a file holding one) for the auto-forwarding it sets; ``configuring`` names the
+    rows to look at, in ``by_piece``'s order."""
+    import pyarrow as pa
+
+    from sbconform.trace.batches import by_piece, configuring
+    from sbconform.trace.schema import arrow_schema
+
+    ops = ["send", "create-entity", "send", "update-entity", "create-entity", "send"]
+    entities = ["b", "a", "b", "a", "b", "a"]
+    rows = [{"trace": "t", "pos": i, "time": i, "client": "c", "op_id": i, "op": op, "phase": "invoke", "entity": e}
+            for i, (op, e) in enumerate(zip(ops, entities))]
+    batch = pa.RecordBatch.from_pylist(rows, schema=arrow_schema())
+    assert configuring(batch, None) == [1, 3, 4]
+    order, _, _ = by_piece(batch)
+    assert order == [0, 2, 4, 1, 3, 5]  # b's rows, then a's
+    assert configuring(batch, order) == [2, 3, 4]  # rows 4, 1, 3 in that order
+    plain = pa.RecordBatch.from_pylist([dict(r, op="send") for r in rows], schema=arrow_schema())
+    assert configuring(plain, None) == []

@@ -157,10 +157,21 @@ def going_back(batch, order: list[int] | None) -> list[int]:
 CONFIGURING = ("create-entity", "update-entity")
 
 
-def configures(batch) -> bool:
-    """Whether a batch may hold a create-entity or update-entity event (its op column names one)."""
+def configuring(batch, order: list[int] | None) -> list[int]:
+    """The indices, in ``order`` (``by_piece``'s), of the batch's create-entity and update-entity
+    events, found column-wise: the op column's dictionary names every operation of its row
+    group, so it names a creation in every batch of a file that creates an entity, and
+    looking at each row (in Python) cost a tenth of a second a million events."""
+    import numpy as np
+
     names = batch.schema.names
     if "op" not in names:
-        return True
-    values, _ = _dictionary(batch.column(names.index("op")))
-    return any(op in values for op in CONFIGURING)
+        return list(range(batch.num_rows))
+    values, indices = _dictionary(batch.column(names.index("op")))
+    wanted = [i for i, op in enumerate(values) if op in CONFIGURING]
+    if not wanted:
+        return []
+    hits = np.isin(indices, wanted)
+    if order is not None:
+        hits = hits[np.asarray(order)]
+    return np.flatnonzero(hits).tolist()

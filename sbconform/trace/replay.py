@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from sbreference.paths import parse as parse_path
 
-from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configures, going_back, rows_of  # noqa: F401 (importable from here)
+from .batches import CONFIGURING, DICTIONARY_FIELDS, UNREAD, by_piece, column_values, configuring, going_back, rows_of  # noqa: F401 (importable from here)
 from .checker import _HANDLERS, ARGS, DEFAULT_SEARCH_BOUND, ENTITY, OP, PHASE, POS, PieceModel, piece_key
 from .io import JSONL_SUFFIXES, PARQUET_SUFFIXES, kind_of, trace_files  # noqa: F401 (PARQUET_SUFFIXES importable)
 from .schema import FIELDS, FIELD_NAMES, REQUIRED, TraceFormatError
@@ -110,10 +110,9 @@ def check_batches(batches: Iterable, search_bound: int = DEFAULT_SEARCH_BOUND,
             key = piece_key(rows[i][ENTITY])
             if key == piece_key(rows[i - 1][ENTITY]):
                 raise OutOfOrder.of(key, rows[i][POS], rows[i - 1][POS])
-        if configures(batch):
-            for row in rows:
-                if row[OP] in CONFIGURING and row[PHASE] == "invoke":
-                    _note_forwarding(row, forwards)
+        for i in configuring(batch, order):
+            if rows[i][OP] in CONFIGURING and rows[i][PHASE] == "invoke":
+                _note_forwarding(rows[i], forwards)
         for start, end in runs:
             entity = rows[start][ENTITY]
             if not entity:
