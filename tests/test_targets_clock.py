@@ -70,11 +70,38 @@ def test_the_offset_is_where_every_probe_allows() -> None:
 
 
 def test_an_offset_known_too_loosely_leaves_timing_ungraded() -> None:
-    """A lock compared with the client's clock within ± 2 s says nothing of a 5 s lock: the step that
-    asks how far apart the clocks may be is skipped (not graded), never failed."""
+    """A lock compared with the client's clock within ± 2 s says nothing of a 5 s lock: the target
+    lacks the capability broker-clock, so the scenarios comparing the clocks are skipped up front
+    (not graded), never failed; the tolerance itself is a number, read without side effects."""
     target = SdkTarget(connection_string="Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true")
     target.broker_clock = ClockOffset(0, 2000, "measured from 4 probe messages")
-    with pytest.raises(pytest.skip.Exception, match="not graded"):
-        target.clock_tolerance
+    assert "broker-clock" not in target.capabilities and target.clock_tolerance == 300 + 2000
     target.broker_clock = ClockOffset(40, 20, "measured from 4 probe messages")
-    assert target.clock_tolerance == 300 + 20
+    assert "broker-clock" in target.capabilities and target.clock_tolerance == 300 + 20
+    azure = SdkTarget(connection_string="Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v",
+                      tier="Standard")
+    azure.broker_clock = ClockOffset(0, None, "not measured: the probe queue was refused")
+    assert "broker-clock" not in azure.capabilities and "offset unknown" in azure.lacking["broker-clock"]
+
+
+def test_the_plugins_probe_measures_the_clock_when_asked_for_broker_clock(bus_ahead, monkeypatch) -> None:
+    """The plugin asks a target it never opens (its probe) which capabilities it has, before the
+    first test: reading the attribute does nothing (pytest_configure reads it, before preflight, and
+    collection alone must not reach the broker); asking for broker-clock measures, once per endpoint."""
+    from sbconform.targets import sdk_offset
+
+    monkeypatch.setattr(sdk_offset, "_MEASURED", {})  # nothing measured yet in this process
+    probe = SdkTarget(connection_string=bus_ahead.connection_string, time="real")
+    capabilities = probe.capabilities
+    assert probe.broker_clock.how == "not measured yet"
+    assert "broker-clock" in capabilities
+    clock = probe.broker_clock
+    assert clock.uncertainty is not None and abs(clock.offset - AHEAD_S * 1000) <= clock.uncertainty + 1
+    assert not probe._opened and probe.client is None or not probe._opened  # opened to measure, closed again
+    again = SdkTarget(connection_string=bus_ahead.connection_string, time="real")
+    monkeypatch.setattr(again, "open", lambda: pytest.fail("measured again"))
+    assert "broker-clock" in again.capabilities and again.broker_clock == clock  # the process's measurement
+    monkeypatch.setattr(sdk_offset, "_MEASURED", {})
+    loose = SdkTarget(connection_string=bus_ahead.connection_string, time="real")
+    monkeypatch.setattr(loose, "_probe_clock", lambda: ClockOffset(1500, 900, "measured from 4 probe messages"))
+    assert "broker-clock" not in loose.capabilities and "± 900 ms" in loose.lacking["broker-clock"]

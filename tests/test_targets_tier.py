@@ -37,17 +37,20 @@ def test_a_premium_namespace_is_not_graded_with_standard_limits(premium) -> None
     assert "Premium (get_namespace_properties)" in target.describe()["tier"]
     # the PART-* scenarios partition entities of a Standard namespace; on Premium partitions are the namespace's
     assert "partitions" not in target.capabilities and "on Premium partitioning is the namespace's" in target.lacking["partitions"]
+    # SETTLE-TIER-001/004's scenarios grade Standard limits: skipped up front, as the plugin skips any capability lacked
+    assert "standard-namespace" not in target.capabilities
+    assert target.lacking["standard-namespace"].startswith("the namespace is Premium (get_namespace_properties)")
     target.open()
     try:
         # SETTLE-TIER-001: 100 MB is refused on Standard, created on Premium: not graded, never failed
-        with pytest.raises(pytest.skip.Exception, match="not graded: the namespace is Premium.*refused \\(argument-error\\) on Standard"):
+        with pytest.raises(pytest.skip.Exception, match="target 'sdk' lacks capability 'standard-namespace' for this operation \\(the namespace is Premium.*refused \\(argument-error\\) on Standard"):
             target.create_queue("big", max_message_size=102400 * 1024)
         # the same answer on both tiers: graded as before
         with pytest.raises(ServiceBusError):
             target.create_queue("huge", max_message_size=200 * 1024 * 1024)  # above Premium's 100 MB too
         queue = target.create_queue("q")
         sender = target.sender(queue)
-        with pytest.raises(pytest.skip.Exception, match="not graded.*1000000 bytes"):  # Standard refuses it, Premium takes it
+        with pytest.raises(pytest.skip.Exception, match="lacks capability 'standard-namespace' for this operation.*1000000 bytes"):  # Standard refuses it, Premium takes it
             target.send(sender, [Message(body=b"x" * 1_000_000, message_id="huge")])
         target.send(sender, [Message(body=b"small", message_id="small")])  # 5 bytes: graded
         assert [m.message_id for m in target.peek(target.receiver(queue), 5)] == ["small"]
@@ -65,7 +68,7 @@ def test_a_basic_namespace_lacks_what_basic_lacks_and_a_refused_read_falls_back_
     assert unknown.tier is None and "refused (401" in unknown.tier_how
     assert unknown.describe()["tier"].startswith("unknown (get_namespace_properties refused (401")
     assert "topics" in unknown.capabilities  # not known to be Basic: its scenarios run (and fail if it is)
-    with pytest.raises(pytest.skip.Exception, match="not graded: the namespace is unknown"):
+    with pytest.raises(pytest.skip.Exception, match="lacks capability 'standard-namespace' for this operation \\(the namespace is unknown"):
         unknown._tier_guard_entity("queue", {"max_message_size": 102400 * 1024})  # Premium would create it
     unknown._tier_guard_entity("queue", {"lock_duration": 5000})  # the same on every tier: graded
     assert given.tier == "Premium" and given.tier_how.startswith("tier=Premium given; get_namespace_properties refused (401")
@@ -74,6 +77,8 @@ def test_a_basic_namespace_lacks_what_basic_lacks_and_a_refused_read_falls_back_
         assert capability not in target.capabilities
         assert target.lacking[capability].startswith("the namespace is Basic (get_namespace_properties)")
     assert {"deferral", "dead-letter", "scheduling"} <= target.capabilities
+    assert "standard-namespace" not in target.capabilities and "standard-namespace" not in unknown.capabilities
+    assert "the namespace is unknown (get_namespace_properties refused (401" in unknown.lacking["standard-namespace"]
 
 
 def test_a_tier_that_is_none_is_refused() -> None:
@@ -85,4 +90,5 @@ def test_a_tier_that_is_none_is_refused() -> None:
 def test_a_development_endpoint_without_its_management_api_is_taken_as_standard_and_says_so(premium) -> None:
     target = SdkTarget(connection_string=premium.connection_string)
     assert target.tier == "Standard"
+    assert "standard-namespace" in target.capabilities and "standard-namespace" not in target.lacking
     assert "assumed" in target.describe()["tier"] and "admin_connection_string" in target.describe()["tier"]

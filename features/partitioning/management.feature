@@ -4,14 +4,14 @@ Feature: Managing partitioned entities
   Background:
     Given a partitioned queue "pq" with lock duration 5 seconds
 
-  @PART-MGMT-001
+  @PART-MGMT-001 @needs:broker-clock
   Scenario: An update reaches every partition
     Given messages "u1" to "u16" are sent to "pq"
     When "pq" is updated with lock duration 20 seconds
     And receiver "A" on "pq" receives 16 messages
     Then every message receiver "A" got is locked until 20 seconds after it was received
 
-  @PART-MGMT-002 @needs:partition-outage
+  @PART-MGMT-002 @needs:partition-outage @needs:broker-clock
   Scenario: While a partition is down, update and delete fail instead of applying partly
     Given messages "u1" to "u16" are sent to "pq"
     When partition 3 of "pq" goes down

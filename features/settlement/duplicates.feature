@@ -11,7 +11,7 @@ Feature: Duplicate messages and message ids
     And receiver "A" receives 5 messages
     And receiver "A" got no message
 
-  @SETTLE-DUP-002 @SETTLE-SCHED-001 @needs:duplicate-detection @needs:scheduling
+  @SETTLE-DUP-002 @SETTLE-SCHED-001 @needs:duplicate-detection @needs:scheduling @needs:broker-clock
   Scenario: A duplicate scheduled within the window is answered with a sequence number but dropped
     Given a queue "q" with duplicate detection window 30 seconds
     When message "m1" is scheduled on "q" in 5 seconds

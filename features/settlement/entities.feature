@@ -17,7 +17,7 @@ Feature: Topics, sequence numbers and entity descriptions
     Then peeking "q" shows "m1", "m2", "m3"
     And the sequence numbers of "m1", "m2", "m3" strictly increase
 
-  @SETTLE-ENT-001
+  @SETTLE-ENT-001 @needs:broker-clock
   Scenario: Default lock duration and max delivery count
     Given a queue "q"
     When message "m1" is sent to "q"
@@ -39,19 +39,19 @@ Feature: Topics, sequence numbers and entity descriptions
       | lock duration 301 seconds |
       | max delivery count 0      |
 
-  @SETTLE-TIER-001 @needs:entity-management
+  @SETTLE-TIER-001 @needs:entity-management @needs:standard-namespace
   Scenario: A Standard queue cannot be given a max message size above 256 KB
     When a queue "big" with max message size 102400 KB is created
     Then the operation fails with "argument-error"
 
-  @SETTLE-TIER-001
+  @SETTLE-TIER-001 @needs:standard-namespace
   Scenario: A 1 MB message, the Premium default, is refused on Standard
     Given a queue "q"
     When message "huge" with a body of 1000000 bytes is sent to "q"
     Then the operation fails with "message-size-exceeded"
     And peeking "q" shows nothing
 
-  @SETTLE-TIER-004 @needs:entity-management
+  @SETTLE-TIER-004 @needs:entity-management @needs:standard-namespace
   Scenario: A Standard queue cannot be larger than 5 GB unless partitioned
     When a queue "six" with max size 6144 MB is created
     Then the operation fails with "argument-error"

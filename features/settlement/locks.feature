@@ -22,7 +22,7 @@ Feature: Peek-lock locks
     And receiver "B" on "q" receives 1 message
     Then receiver "B" got no message
 
-  @SETTLE-LOCK-002
+  @SETTLE-LOCK-002 @needs:broker-clock
   Scenario: The lock lasts the entity's lock duration
     Given message "m1" is sent to "q"
     When receiver "A" on "q" receives 1 message
@@ -31,7 +31,7 @@ Feature: Peek-lock locks
     And receiver "B" on "q" receives 1 message within 1 second
     Then receiver "B" got "m1"
 
-  @SETTLE-LOCK-004
+  @SETTLE-LOCK-004 @needs:broker-clock
   Scenario: The holder renews the lock, counted from the renewal
     Given message "m1" is sent to "q"
     When receiver "A" on "q" receives 1 message
@@ -150,7 +150,7 @@ Feature: Peek-lock locks
     And receiver "A" dead-letters "m1"
     And the operation fails with "message-lock-lost"
 
-  @SETTLE-LOCK-011 @SETTLE-LOCK-004
+  @SETTLE-LOCK-011 @SETTLE-LOCK-004 @needs:broker-clock
   Scenario: Another receiver of the entity renews a lock by its token, and the holder settles it
     Given message "m1" is sent to "q"
     And receiver "B" on "q"

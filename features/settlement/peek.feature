@@ -16,7 +16,7 @@ Feature: Peek (browse)
     When peeking 2 messages of "q" from the sequence number of "m2"
     Then the peek shows "m2", "m3", or fewer of them from the first
 
-  @SETTLE-PEEK-003 @needs:deferral @needs:scheduling
+  @SETTLE-PEEK-003 @needs:deferral @needs:scheduling @needs:broker-clock
   Scenario: Peek shows locked, deferred and scheduled messages, each with its state
     Given messages "m1", "m2", "m3" are sent to "q"
     And message "later" is scheduled on "q" in 60 seconds
@@ -28,7 +28,7 @@ Feature: Peek (browse)
     And peeking "q" shows "m2" in state "deferred"
     And peeking "q" shows "later" in state "scheduled"
 
-  @SETTLE-PEEK-003 @needs:topics @needs:scheduling
+  @SETTLE-PEEK-003 @needs:topics @needs:scheduling @needs:broker-clock
   Scenario: Peeking a subscription does not show scheduled messages
     Given a topic "t" with subscriptions "s1" and "s2"
     And message "now" is sent to "t"

@@ -74,7 +74,7 @@ Feature: Sessions
     And receiver "B" receives 5 messages
     And receiver "B" got "other"
 
-  @SETTLE-SESS-006
+  @SETTLE-SESS-006 @needs:broker-clock
   Scenario: Renewing the session lock extends it; an expired one is lost
     Given message "m1" with session "s1" is sent to "sq"
     When receiver "A" accepts session "s1" on "sq"

@@ -55,6 +55,8 @@ CAPABILITIES = frozenset(
         "paired-namespaces",
         "rules",
         "settle-with-properties",
+        "standard-namespace",
+        "broker-clock",
     }
 )
 

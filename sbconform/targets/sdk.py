@@ -81,7 +81,7 @@ from .serve_process import _SERVE_LOCK, _TIERS, ServeProcess, premium_server, sh
 
 class SdkTarget(TierMixin, BrokerClockMixin, ClockMixin, ProvisioningMixin, MessagesMixin, Target):
     name = "sdk"
-    capabilities = CAPABILITIES
+    declared_capabilities = CAPABILITIES  # and broker-clock, once measured (sdk_offset)
     lacking: Mapping[str, str] = LACKING
     empty_wait = 1000
     clock_runs_in_real_time = True  # with time=virtual too: moved on, and running between moves

@@ -18,17 +18,23 @@ midpoint the offset and its half-width (plus the stamp's millisecond) the uncert
 endpoint and process (again after ``REMEASURE_S``).
 
 The target then counts its time on the broker's clock (``t0_epoch_ms``: the client's wall clock at
-open plus the offset), and ``clock_tolerance`` grows by the uncertainty. When the uncertainty
-exceeds ``MAX_UNCERTAINTY_MS``, or the offset could not be measured on an endpoint that is not this
-machine, a step that compares clocks is skipped as not graded rather than failed (as the emulator
-target skips what its documented quotas forbid). ``describe`` says the offset and its uncertainty:
-the report's target line."""
+open plus the offset), and ``clock_tolerance`` grows by the uncertainty. The target declares the
+capability ``broker-clock`` (sbspec/vocabulary.toml) only when the uncertainty is within
+``MAX_UNCERTAINTY_MS``: otherwise, or when the offset could not be measured on an endpoint that is
+not this machine, the scenarios comparing the broker's times with the target's clock (tagged
+``@needs:broker-clock``: locks, schedules) are skipped up front with the plugin's reason "target
+'sdk' lacks capability 'broker-clock' (...)", and the steps comparing two of the broker's own times
+(an expiry and an enqueue time: ``stamp_tolerance``) still run. The plugin asks a target it never
+opens: asking for ``broker-clock`` measures then (``capabilities.Capabilities``), once per endpoint
+and process. ``describe`` says the offset and its uncertainty: the report's target line."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+from .capabilities import Capabilities
 
 #: how far apart the client's and the broker's clocks (and one call's latency) may be, before the
 #: offset's uncertainty is added (ms)
@@ -36,6 +42,8 @@ CLOCK_TOLERANCE = 300
 #: past this uncertainty (ms) a comparison of the broker's times with the client's grades nothing:
 #: scenarios lock for 5 s, and a tolerance of 300 + 500 ms still tells a 5 s lock from a 4 s one
 MAX_UNCERTAINTY_MS = 500
+#: the capability of comparing the broker's times with the target's clock (sbspec/vocabulary.toml)
+BROKER_CLOCK = "broker-clock"
 #: probe messages per measurement
 PROBES = 4
 #: a measurement is reused this long (s) by the targets of one process on one endpoint: clocks
@@ -74,7 +82,9 @@ _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class BrokerClockMixin:
-    """The SDK target's measurement of the broker's clock (``broker_clock``) and what it grades."""
+    """The SDK target's measurement of the broker's clock (``broker_clock``), what it grades
+    (the capability ``broker-clock``) and its ``capabilities``: the declared ones (``_declared``)
+    and ``broker-clock``, decided from the measurement when asked about."""
 
     broker_clock: ClockOffset
     t0: float
@@ -84,16 +94,78 @@ class BrokerClockMixin:
     control: Any
     client: Any
     created: list[str]
+    name: str
+    lacking: Mapping[str, str]
+    virtual_time: bool = False
+    _opened: bool
+    declared_capabilities: frozenset[str] = frozenset()
+    #: how far two times the broker stamped (an expiry and an enqueue time) may be from what the
+    #: scenario says: one clock, so the offset and its uncertainty are not in it
+    stamp_tolerance = CLOCK_TOLERANCE
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.__dict__.get("_declared", self.declared_capabilities), {BROKER_CLOCK: self._has_broker_clock})
+
+    @capabilities.setter
+    def capabilities(self, value: Any) -> None:
+        self._declared = frozenset(value.declared if isinstance(value, Capabilities) else value) - {BROKER_CLOCK}
 
     @property
     def clock_tolerance(self) -> int:
-        """How far apart the client's and the broker's clocks (and one call's latency) may be; a step
-        that asks, to compare them, is skipped as not graded when the offset is not known well enough."""
-        clock = self.broker_clock
-        if clock.uncertainty is None or clock.uncertainty > MAX_UNCERTAINTY_MS:
-            not_graded(f"not graded: the broker's clock is {clock.describe()}; comparing its times with the "
-                       f"client's needs an offset known within {MAX_UNCERTAINTY_MS} ms")
-        return CLOCK_TOLERANCE + int(clock.uncertainty or 0)
+        """How far apart the client's and the broker's clocks (and one call's latency) may be. Meaningful
+        for comparing the two only where the target has ``broker-clock``; reading it never skips."""
+        return CLOCK_TOLERANCE + int(self.broker_clock.uncertainty or 0)
+
+    def _has_broker_clock(self) -> bool:
+        """Whether the broker's times can be compared with the target's clock: one clock (virtual
+        time), or the offset measured within ``MAX_UNCERTAINTY_MS``. A target never opened (the
+        plugin's probe) takes what this process measured on its endpoint, else measures now. When
+        not, ``lacking`` says why (the plugin appends it to the skip reason)."""
+        if self.virtual_time:
+            return True
+        clock = self.broker_clock if self.broker_clock.how != "not measured yet" else self._probes_clock()
+        if clock.uncertainty is None:
+            why = f"the broker's clock is {clock.describe()}"
+        elif clock.uncertainty > MAX_UNCERTAINTY_MS:
+            why = (f"the broker's clock is {clock.describe()}; comparing its times with the client's needs an offset "
+                   f"known within {MAX_UNCERTAINTY_MS} ms")
+        else:
+            if BROKER_CLOCK in self.lacking:
+                self.lacking = {k: v for k, v in self.lacking.items() if k != BROKER_CLOCK}
+            return True
+        self.lacking = {**self.lacking, BROKER_CLOCK: why}
+        return False
+
+    def _probes_clock(self) -> ClockOffset:
+        """A target not opened: the measurement of its endpoint in this process, else one made by
+        opening it (and closing it again)."""
+        known = _MEASURED.get(self._configured_endpoint())
+        if known is not None and time.monotonic() - known[0] < REMEASURE_S:
+            self.broker_clock = known[1]
+            return known[1]
+        if getattr(self, "_opened", False):  # opened without measuring (never the case today): left unknown
+            return ClockOffset(0, None, "not measured by the open target")
+        try:
+            self.open()  # type: ignore[attr-defined]
+        except Exception as error:  # the test's own open will say it; here: not measured
+            self.broker_clock = ClockOffset(0, None, f"not measured: opening the target failed ({type(error).__name__})")
+        finally:
+            self.close()  # type: ignore[attr-defined]
+        return self.broker_clock
+
+    def _configured_endpoint(self) -> str:
+        """``host:port`` of the connection string given (or of the server serve=true started), if any yet."""
+        from .sdk_support import parse_connection_string
+
+        connection_string = getattr(self, "connection_string", None)
+        if connection_string is None and getattr(self, "serve", False):  # serve=true: the server, if one was started
+            from . import serve_process
+
+            connection_string = getattr(serve_process._SERVE, "connection_string", None)
+        endpoint = parse_connection_string(connection_string or "").get("endpoint", "")
+        host, _, port = endpoint.split("://", 1)[-1].strip("/").partition(":")
+        return f"{host or 'localhost'}:{int(port or 5672)}"
 
     def _count_on_broker_clock(self) -> None:
         """From now on the target's time is the broker's: its clock measured (real time), and the
@@ -113,16 +185,7 @@ class BrokerClockMixin:
             return "virtual time: the endpoint's own clock, read from its $sbconform node"
         if self.broker_clock.how != "not measured yet":
             return self.broker_clock.describe()
-        from .sdk_support import parse_connection_string
-
-        connection_string = getattr(self, "connection_string", None)
-        if connection_string is None and getattr(self, "serve", False):  # serve=true: the server, if one was started
-            from . import serve_process
-
-            connection_string = getattr(serve_process._SERVE, "connection_string", None)
-        endpoint = parse_connection_string(connection_string or "").get("endpoint", "")
-        host, _, port = endpoint.split("://", 1)[-1].strip("/").partition(":")
-        known = _MEASURED.get(f"{host or 'localhost'}:{int(port or 5672)}")
+        known = _MEASURED.get(self._configured_endpoint())
         return known[1].describe() if known else "not measured (no test opened the target)"
 
     def _measure_broker_clock(self) -> ClockOffset:

@@ -32,6 +32,7 @@ CAPABILITIES = frozenset(
         "transactions",
         "rules",
         "settle-with-properties",
+        "standard-namespace",
     }
 )
 

@@ -24,9 +24,12 @@ What follows:
 - a Basic namespace lacks, as capabilities, what ``sbreference.tiers.TIERS["basic"]`` says it lacks
   (topics and so rules, sessions, duplicate detection, auto-forwarding, transactions), a Premium one
   the partitioned entities of Standard (``PREMIUM_LACKS``): those scenarios are skipped, with the reason;
-- an operation whose outcome the model's tier table (``sbreference.tiers.check_entity``,
+- a namespace that is not known to be Standard lacks ``standard-namespace``: the scenarios grading
+  Standard limits (tagged ``@needs:standard-namespace``: SETTLE-TIER-001, -004) are skipped up front;
+- in any other scenario, an operation whose outcome the model's tier table (``sbreference.tiers.check_entity``,
   ``capped_time_to_live``, the message sizes) gives differently on the namespace's tier than on the
-  Standard one the scenario grades is skipped as not graded (``sdk_offset.not_graded``);
+  Standard one the scenario grades is skipped, one operation deciding it, with the same reason: "target
+  'sdk' lacks capability 'standard-namespace' for this operation (...)" (``sdk_offset.not_graded``);
 - when the service refuses (a key without Manage) the option ``tier=Basic|Standard|Premium`` is the
   user's word for it; without it the tier is unknown on Azure, and every such operation is not
   graded. A development endpoint whose tier cannot be read (no ``admin_connection_string``) is taken
@@ -56,6 +59,9 @@ BASIC_LACKS = {
 #: this namespace will be partitioned" (https://learn.microsoft.com/azure/service-bus-messaging/enable-partitions-premium)
 PREMIUM_LACKS = {"partitions": "partitioned queues and topics created one by one (on Premium partitioning is the "
                                "namespace's, set at its creation)"}
+
+#: the capability of a namespace known to be of the tier the scenarios grade (sbspec/vocabulary.toml)
+STANDARD = "standard-namespace"
 
 #: what the headers and properties of a message may add to its body against a tier's size limit (bytes)
 HEADER_MARGIN = 4 * 1024
@@ -127,8 +133,9 @@ class TierMixin:
     serve: bool
     connection_string: str | None
     control_mode: str
-    capabilities: frozenset[str]
+    capabilities: Any
     lacking: dict[str, str]
+    name: str
     prefix: str
     expected_tier = "Standard"
 
@@ -153,9 +160,11 @@ class TierMixin:
             self.tier = "Standard"
             self.tier_how = "assumed: a development endpoint whose management API was not given (admin_connection_string=)"
         lacks = {"Basic": BASIC_LACKS, "Premium": PREMIUM_LACKS}.get(self.tier or "", {})
-        self.capabilities = frozenset(self.capabilities) - set(lacks)
-        self.lacking = {**self.lacking, **{cap: f"the namespace is {self.tier} ({self.tier_how}), which has no {what}"
-                                           for cap, what in lacks.items()}}
+        lacking = {cap: f"the namespace is {self.tier} ({self.tier_how}), which has no {what}" for cap, what in lacks.items()}
+        if self.tier != self.expected_tier:  # the scenarios grading Standard limits (SETTLE-TIER-001, -004) are skipped up front
+            lacking[STANDARD] = f"{self._said_namespace()}; the scenarios needing it grade the {self.expected_tier} tier's limits"
+        self.capabilities = self.capabilities - set(lacking)
+        self.lacking = {**self.lacking, **lacking}
 
     def said_tier(self) -> str:
         if self.tier is None:
@@ -179,8 +188,8 @@ class TierMixin:
         for sku in others:
             found = _entity_outcome(sku, kind, properties)
             if found != expected:
-                not_graded(f"not graded: the namespace is {self.said_tier()}; a {kind} with {properties} is "
-                           f"{_said(found)} on {sku} but {_said(expected)} on {self.expected_tier}, which the scenario grades")
+                self._not_graded(f"a {kind} with {properties} is {_said(found)} on {sku} but {_said(expected)} on "
+                                 f"{self.expected_tier}, which the scenario grades")
 
     def _tier_guard_send(self, messages: Sequence[Message], batch: bool) -> None:
         """Not graded: messages one tier takes and another refuses for their size (Basic and Standard
@@ -191,9 +200,17 @@ class TierMixin:
         sizes = [sum(_size(m) for m in messages)] if batch else [_size(m) for m in messages]
         limits = sorted({_message_limit(s, batch) for s in (self.expected_tier, *others)})
         if limits[0] != limits[-1] and any(limits[0] - HEADER_MARGIN < size <= limits[-1] + HEADER_MARGIN for size in sizes):
-            not_graded(f"not graded: the namespace is {self.said_tier()}; a {'batch' if batch else 'message'} of "
-                       f"{max(sizes)} bytes is within one tier's size limit ({', '.join(map(str, limits))} bytes) "
-                       f"and not another's")
+            self._not_graded(f"a {'batch' if batch else 'message'} of {max(sizes)} bytes is within one tier's size "
+                             f"limit ({', '.join(map(str, limits))} bytes) and not another's")
+
+    def _not_graded(self, what: str) -> None:
+        """One operation of a scenario that does not need ``standard-namespace`` (so was not skipped up
+        front) answered differently by the tiers: skipped with the plugin's reason for a capability lacked."""
+        not_graded(f"target {self.name!r} lacks capability {STANDARD!r} for this operation ({self._said_namespace()}): "
+                   f"not graded: {what}")
+
+    def _said_namespace(self) -> str:
+        return f"the namespace is {self.tier or 'unknown'} ({self.tier_how})"
 
     # ------------------------------------------------- the other tiers' namespaces (serve=true)
     def premium_namespace(self, partition_count: int) -> Any:

@@ -13,7 +13,17 @@ from pytest_bdd import step as bdd_step
 from sbconform.targets import PEEK_LOCK, RECEIVE_AND_DELETE
 from sbreference import ServiceBusError
 
-from .world import World, assert_locked_for, entity_properties, message_attributes, quoted, seconds
+from .world import (
+    World,
+    assert_locked_for,
+    broker_clock_tolerance,
+    compares_clocks,
+    entity_properties,
+    message_attributes,
+    quoted,
+    seconds,
+    stamp_tolerance,
+)
 
 IDS = r'"[^"]+"(?:, "[^"]+")*'
 NAME = r'"(?P<{}>[^"]+)"'
@@ -142,8 +152,9 @@ def send_to_missing(world: World, mid: str, name: str) -> None:
     world.attempt(send)
 
 
-@step(r'message "(?P<mid>[^"]+)" is scheduled on "(?P<entity>[^"]+)" in (?P<n>\d+) seconds')
+@step(compares_clocks(r'message "(?P<mid>[^"]+)" is scheduled on "(?P<entity>[^"]+)" in (?P<n>\d+) seconds'))
 def schedule_message(world: World, mid: str, entity: str, n: str) -> None:
+    broker_clock_tolerance(world)  # the enqueue time is the target's now on the broker's clock, as a lock's end is read
     t = world.target
     numbers = world.attempt(t.schedule, world.sender(entity), [world.build(mid, {})], t.now() + seconds(n))
     if numbers is not None:
@@ -152,8 +163,9 @@ def schedule_message(world: World, mid: str, entity: str, n: str) -> None:
         world.senders.setdefault(f"scheduled:{mid}", world.sender(entity))
 
 
-@step(r'messages (?P<ids>' + IDS + r') are scheduled on "(?P<entity>[^"]+)" in (?P<n>\d+) seconds')
+@step(compares_clocks(r'messages (?P<ids>' + IDS + r') are scheduled on "(?P<entity>[^"]+)" in (?P<n>\d+) seconds'))
 def schedule_messages(world: World, ids: str, entity: str, n: str) -> None:
+    broker_clock_tolerance(world)
     t = world.target
     mids = quoted(ids)
     numbers = world.attempt(t.schedule, world.sender(entity), [world.build(mid, {}) for mid in mids], t.now() + seconds(n))
@@ -447,7 +459,7 @@ def peek_state(world: World, entity: str, mid: str, state: str) -> None:
 def peek_expiry(world: World, entity: str, mid: str, n: str) -> None:
     m = _peeked(world, entity, mid)
     assert m.expires_at is not None and m.enqueued_time is not None, f"{mid!r} shows no expiry"
-    tolerance = getattr(world.target, "clock_tolerance", 0)
+    tolerance = stamp_tolerance(world)  # two of the broker's stamps: its offset from the target's clock cancels out
     assert abs(m.expires_at - m.enqueued_time - seconds(n)) <= tolerance, (
         f"{mid!r} expires {m.expires_at - m.enqueued_time} ms after it was enqueued"
     )
@@ -459,7 +471,7 @@ def received_expiry(world: World, r: str, mid: str, n: str) -> None:
     time to live of its own (a peek need not show it)."""
     m = world.message(r, mid)
     assert m.expires_at is not None and m.enqueued_time is not None, f"{mid!r} shows no expiry"
-    tolerance = getattr(world.target, "clock_tolerance", 0)
+    tolerance = stamp_tolerance(world)  # two of the broker's stamps: its offset from the target's clock cancels out
     assert abs(m.expires_at - m.enqueued_time - seconds(n)) <= tolerance, (
         f"{mid!r} expires {m.expires_at - m.enqueued_time} ms after it was enqueued"
     )
@@ -492,7 +504,7 @@ def dead_letter_holds(world: World, entity: str, mid: str, reason: str) -> None:
     assert m.dead_letter_reason == reason, f"{mid!r} was dead-lettered with reason {m.dead_letter_reason!r}"
 
 
-@step(r'"(?P<mid>[^"]+)" is locked until (?P<n>\d+) seconds after (?P<when>it was received|the renewal)')
+@step(compares_clocks(r'"(?P<mid>[^"]+)" is locked until (?P<n>\d+) seconds after (?P<when>it was received|the renewal)'))
 def locked_until(world: World, mid: str, n: str, when: str) -> None:
     world.require_no_pending_error()
     if when == "it was received":
@@ -504,7 +516,7 @@ def locked_until(world: World, mid: str, n: str, when: str) -> None:
     assert_locked_for(world, until, began, ended, n, f"{mid!r}", when)
 
 
-@step(r'the session lock of "(?P<r>[^"]+)" is held until (?P<n>\d+) seconds after the renewal')
+@step(compares_clocks(r'the session lock of "(?P<r>[^"]+)" is held until (?P<n>\d+) seconds after the renewal'))
 def session_locked_until(world: World, r: str, n: str) -> None:
     world.require_no_pending_error()
     began, ended, until = world.renewals[r]

@@ -11,7 +11,7 @@ from pytest_bdd import step as bdd_step
 
 from sbreference import partition_of
 
-from .world import World, assert_locked_for, entity_properties, message_attributes, quoted, seconds
+from .world import World, assert_locked_for, compares_clocks, entity_properties, message_attributes, quoted, seconds
 
 IDS = r'"[^"]+"(?:, "[^"]+")*'
 
@@ -318,7 +318,7 @@ def peek_may_be_short(world: World, n: str) -> None:
         assert len(rest) == len(shown), f"the peek stopped at {len(shown)} though its partition holds {len(rest)}"
 
 
-@step(r'every message receiver "(?P<r>[^"]+)" got is locked until (?P<n>\d+) seconds after it was received')
+@step(compares_clocks(r'every message receiver "(?P<r>[^"]+)" got is locked until (?P<n>\d+) seconds after it was received'))
 def all_locked_for(world: World, r: str, n: str) -> None:
     world.require_no_pending_error()
     got = world.got.get(r, [])

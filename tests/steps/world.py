@@ -12,11 +12,23 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+import pytest
 from sbreference import SECOND, ErrorCode, Message, ServiceBusError
 
 from sbconform.targets import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target
 
 QUOTED = re.compile(r'"([^"]*)"')
+
+#: the patterns of the steps that compare a time on the broker's clock (a lock's end, a schedule's
+#: enqueue time) with the target's own: every scenario using one is tagged ``@needs:broker-clock``
+#: (tests/test_targets_grading.py lints it)
+CLOCK_STEPS: list[str] = []
+
+
+def compares_clocks(pattern: str) -> str:
+    """A step pattern, registered in ``CLOCK_STEPS``."""
+    CLOCK_STEPS.append(pattern)
+    return pattern
 
 
 def quoted(text: str) -> list[str]:
@@ -258,7 +270,30 @@ __all__ = [
     "message_attributes",
     "quoted",
     "seconds",
+    "broker_clock_tolerance",
+    "stamp_tolerance",
+    "compares_clocks",
+    "CLOCK_STEPS",
 ]
+
+
+def broker_clock_tolerance(world: Any) -> int:
+    """For a step comparing a time on the broker's clock (a lock's end, a schedule's enqueue time) with
+    the target's own (``CLOCK_STEPS``): how far apart the two may be. The target must declare
+    ``broker-clock``: the scenario says ``@needs:broker-clock`` and is skipped up front where it
+    lacks it; one that reached this step untagged is skipped here with the same reason."""
+    target = world.target
+    if "broker-clock" not in target.capabilities:
+        why = (getattr(target, "lacking", None) or {}).get("broker-clock")
+        pytest.skip(f"target {target.name!r} lacks capability 'broker-clock'" + (f" ({why})" if why else "")
+                    + "; the scenario does not say @needs:broker-clock")
+    return int(getattr(target, "clock_tolerance", 0))
+
+
+def stamp_tolerance(world: Any) -> int:
+    """For a step comparing two times the broker stamped (an expiry and an enqueue time): one clock,
+    so the broker's offset from the target's does not count (``stamp_tolerance``, else the clock's)."""
+    return int(getattr(world.target, "stamp_tolerance", getattr(world.target, "clock_tolerance", 0)))
 
 
 def assert_locked_for(world: World, until: int | None, began: int, ended: int, n: str, what: str, when: str) -> None:
@@ -266,7 +301,7 @@ def assert_locked_for(world: World, until: int | None, began: int, ended: int, n
     target's clock: ``until`` is ``n`` seconds after an instant in that span, within the target's
     clock tolerance. (The span is one instant on the model; through an SDK a call takes time, and
     measured from one end alone a slow call read as a lock seconds too long or short.)"""
-    tolerance = getattr(world.target, "clock_tolerance", 0)
+    tolerance = broker_clock_tolerance(world)
     taken = None if until is None else until - seconds(n)
     assert taken is not None and began - tolerance <= taken <= ended + tolerance, (
         f"{what} is locked until {until}: {None if until is None else until - began} ms after {when} was asked for, "
