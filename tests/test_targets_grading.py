@@ -12,6 +12,7 @@ what it would have measured."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import types
 from pathlib import Path
@@ -24,8 +25,10 @@ from steps.common import received_expiry, schedule_message  # noqa: E402
 from steps.world import CLOCK_STEPS, assert_locked_for  # noqa: E402
 
 from sbconform.targets import make_target  # noqa: E402
+from sbconform.targets.paired_sdk import share_clock  # noqa: E402
 from sbconform.targets.sdk import SdkTarget  # noqa: E402
 from sbconform.targets.sdk_offset import ClockOffset  # noqa: E402
+from sbconform.targets.sdk_support import _EPOCH  # noqa: E402
 from sbspec import load_catalog  # noqa: E402
 
 LOCAL = "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
@@ -124,3 +127,41 @@ def test_the_standard_limit_scenarios_need_a_standard_namespace() -> None:
     tier = [(tags, line) for tags, _, line in _scenarios(FEATURES / "settlement" / "entities.feature")
             if tags & {"@SETTLE-TIER-001", "@SETTLE-TIER-004"}]
     assert len(tier) == 3 and all("@needs:standard-namespace" in tags for tags, _ in tier), tier
+
+
+def test_a_pairing_converts_each_namespaces_times_with_its_own_offset() -> None:
+    """share_clock copied the primary's t0_epoch_ms (the client's wall clock at t0 plus the PRIMARY
+    broker's offset) to the secondary, whose broker may be elsewhere: its stamps were then read off
+    by the difference of the two offsets."""
+    primary, secondary = _measured(1500, 5), _measured(-200, 8)
+    primary.t0, primary.t0_epoch_ms, primary.skew = 123.0, 1_000_000 + 1500, 0
+    share_clock(secondary, primary)
+    assert secondary.t0 == primary.t0
+    assert secondary.t0_epoch_ms == 1_000_000 - 200  # the client's wall clock at t0 plus its own broker's offset
+    # an instant stamped by both brokers reads the same to the client
+    client_ms = 1_000_000 + 4000
+    stamp = lambda ms: _EPOCH + dt.timedelta(milliseconds=ms)  # noqa: E731
+    assert primary._local(stamp(client_ms + 1500)) == secondary._local(stamp(client_ms - 200)) == 4000
+
+
+def test_the_paired_application_reads_each_brokers_stamps_on_the_clients_unix_clock(monkeypatch) -> None:
+    """PairedNamespaceSender counts in the client's Unix milliseconds (t0_epoch_ms was 0), so a broker
+    1.5 s ahead had its stamps (a backlog lock's end) read 1.5 s late: its own offset is applied now."""
+    from sbconform.paired.application import PairedNamespaceSender
+
+    offsets = {"primary": 1500, "secondary": -200}
+
+    def fake_open(self) -> None:  # what open measures, without a broker
+        self.broker_clock = ClockOffset(offsets[self.connection_string.split(";")[0].rsplit("/", 1)[-1]], 5, "measured")
+
+    class Made(PairedNamespaceSender):
+        def __init__(self, primary, secondary, options=None) -> None:
+            self.made = (primary, secondary)
+
+    monkeypatch.setattr(SdkTarget, "open", fake_open)
+    made = Made.from_connection_strings(*(f"{LOCAL.split(';')[0]}/{name};SharedAccessKeyName=k;SharedAccessKey=v;"
+                                          "UseDevelopmentEmulator=true" for name in offsets))
+    client_ms = 1_800_000_000_000
+    stamp = lambda ms: _EPOCH + dt.timedelta(milliseconds=ms)  # noqa: E731
+    primary, secondary = made.made
+    assert primary._local(stamp(client_ms + 1500)) == secondary._local(stamp(client_ms - 200)) == client_ms

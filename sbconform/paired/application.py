@@ -135,8 +135,9 @@ class PairedNamespaceSender:
                 target = SdkTarget(connection_string=connection_string, control=control, open_poll_ms=SDK_OPEN_POLL * 1000)
                 target.open()
                 # the clock is Unix milliseconds, so times written in a backlog queue mean the
-                # same instant to a syphon in another process
-                target.t0, target.t0_epoch_ms = time.monotonic() - time.time(), 0
+                # same instant to a syphon in another process; each broker's stamps are read with
+                # its own clock's offset (measured at open, sdk_offset), as share_clock reads them
+                target.t0, target.t0_epoch_ms = time.monotonic() - time.time(), target.broker_clock.offset
                 targets.append(target)
             return cls(targets[0], targets[1], options)
         except BaseException:

@@ -142,17 +142,29 @@ def share_clock(target: "SdkTarget", other: Any) -> None:
     """Both targets measure time from the same instant, so that times one reports (a lock's
     expiry in a backlog queue) mean the same instant to a client timing on the other. With
     virtual time the two endpoints' clocks are first brought to one reading (the one behind is
-    moved on), since each was moved on by the tests that used it before."""
+    moved on), since each was moved on by the tests that used it before.
+
+    Each broker's stamps are read with its own clock's offset (``sdk_offset``, measured when each
+    target opened, once per endpoint): ``t0_epoch_ms`` is the client's wall clock at the shared
+    zero plus this broker's offset. (Copying the other's took the two brokers' clocks to agree: a
+    secondary whose clock is d ms behind the primary's had its stamps, backlog locks among them,
+    read d ms early.)"""
     inner = other
     for _ in range(8):  # through recording and metering wrappers
         if hasattr(inner, "t0_epoch_ms") and hasattr(inner, "t0"):
             if getattr(target, "time_control", False) and getattr(inner, "time_control", False) and inner is not target:
-                _align_endpoint_clocks(target, inner)
-            target.t0, target.t0_epoch_ms, target.skew = inner.t0, inner.t0_epoch_ms, inner.skew
+                _align_endpoint_clocks(target, inner)  # then both read the one wire time (offsets 0)
+            client_epoch_ms = inner.t0_epoch_ms - _offset(inner)
+            target.t0, target.t0_epoch_ms, target.skew = inner.t0, client_epoch_ms + _offset(target), inner.skew
             return
         inner = getattr(inner, "_target", None) or getattr(inner, "target", None)
         if inner is None:
             return
+
+
+def _offset(target: Any) -> int:
+    """The target's broker's clock minus the client's (ms): 0 where not measured (one clock)."""
+    return int(getattr(getattr(target, "broker_clock", None), "offset", 0) or 0)
 
 
 def _align_endpoint_clocks(a: "SdkTarget", b: "SdkTarget") -> None:
