@@ -94,3 +94,25 @@ def test_the_creations_of_a_batch_are_found_column_wise() -> None:
     assert configuring(batch, order) == [2, 3, 4]  # rows 4, 1, 3 in that order
     plain = pa.RecordBatch.from_pylist([dict(r, op="send") for r in rows], schema=arrow_schema())
     assert configuring(plain, None) == []
+
+
+def test_forgetting_the_oldest_removal_takes_constant_time() -> None:
+    """A piece remembers how its last 20,000 messages left (and how its last 20,000 pruned locks
+    ended); past that, each new one forgot the oldest with ``del d[next(iter(d))]``, which on a
+    dict scans over every slot deleted before it: 15 us each at 20,000, so a long piece (the
+    10M-event benchmark's pieces pass 20,000 removals) slowed down the longer it ran."""
+    import time
+
+    from sbconform.trace.checker import REMEMBER_REMOVED, Shared
+    from sbreference.message import Message, StoredMessage
+
+    shared = Shared()
+    msgs = [StoredMessage(Message(), seq, 0, 0, 0) for seq in range(REMEMBER_REMOVED + 100_000)]
+    for msg in msgs[:REMEMBER_REMOVED]:
+        shared.observe("q", "completed", msg)
+    started = time.process_time()
+    for msg in msgs[REMEMBER_REMOVED:]:
+        shared.observe("q", "completed", msg)
+    spent = time.process_time() - started
+    assert len(shared.removed) == REMEMBER_REMOVED and next(iter(shared.removed)) == 100_000
+    assert spent < 0.2, f"{spent:.2f} s for 100,000 removals past the limit"

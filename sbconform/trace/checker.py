@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import OrderedDict
 from functools import lru_cache
 from dataclasses import dataclass, field
 
@@ -53,15 +54,17 @@ class Shared:
     holders: dict = field(default_factory=dict)  # client/connection -> model holder id
     key_partitions: dict = field(default_factory=dict)  # partition key -> first observed partition
     pings: set = field(default_factory=set)  # sequence numbers (and ids) of pings sent
-    removed: dict = field(default_factory=dict)  # seq -> how it left (completed, consumed, expired, dead-lettered)
+    # the last REMEMBER_REMOVED of each, oldest first: an OrderedDict forgets its oldest in constant time
+    # (a dict's ``del d[next(iter(d))]`` scans every slot deleted before it, 15 us each at 20,000)
+    removed: OrderedDict = field(default_factory=OrderedDict)  # seq -> how it left (completed, consumed, expired, dead-lettered)
     args: dict = field(default_factory=dict)  # args text -> parsed
-    forgotten: dict = field(default_factory=dict)  # observed lock -> its last locked-until (None: settled), once pruned
+    forgotten: OrderedDict = field(default_factory=OrderedDict)  # observed lock -> its last locked-until (None: settled), once pruned
 
     def observe(self, path: str, event: str, msg: StoredMessage) -> None:
         if event in ("completed", "consumed", "expired", "dead-lettered"):
             removed = self.removed
             if len(removed) >= REMEMBER_REMOVED:
-                del removed[next(iter(removed))]
+                removed.popitem(last=False)
             removed[msg.sequence_number] = event
 
 
@@ -271,7 +274,7 @@ class PieceModel:
                     kept[k] = v
                 else:
                     if len(forgotten) >= REMEMBER_REMOVED:
-                        del forgotten[next(iter(forgotten))]
+                        forgotten.popitem(last=False)
                     forgotten[k] = None if v[2] is None else v[4]
             self.locks = kept
 
