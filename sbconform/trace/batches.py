@@ -69,7 +69,7 @@ def column_values(column) -> list:
 UNREAD = ("trace", "error")
 
 
-def rows_of(batch, order: list[int] | None = None) -> list[tuple]:
+def rows_of(batch, order=None) -> list[tuple]:
     """Row tuples (FIELD_NAMES order) of an Arrow record batch, converted column-wise; in
     ``order`` (``by_piece``'s), if given.
 
@@ -92,16 +92,16 @@ def rows_of(batch, order: list[int] | None = None) -> list[tuple]:
                 cols.append(repeat(None, n))
         rows = list(zip(*cols))
         del cols
-        return rows if order is None else list(map(rows.__getitem__, order))
+        return rows if order is None else list(map(rows.__getitem__, order.tolist()))
     finally:
         if enabled:
             gc.enable()
 
 
-def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:
+def by_piece(batch) -> tuple[object, list[tuple[int, int]], int]:
     """The order that puts the rows of each piece together (a stable sort by piece key, pieces
     in the order they first appear: each piece's own rows keep their order, and pieces are
-    independent; None when they are together already); the runs, in that order, of rows of
+    independent; a numpy array of row indices, None when they are together already); the runs, in that order, of rows of
     one piece as (start, end) index pairs, a run also starting at the first row of each
     entity in the batch (where ``check_batches`` looks the entity up: a queue and its
     dead-letter subqueue are one piece but two entities); and the index, in that order, of
@@ -125,7 +125,7 @@ def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:
         if len(pieces) > 1 and bool((ids[1:] < ids[:-1]).any()):
             order = np.argsort(ids, kind="stable")
             last = int(np.flatnonzero(order == n - 1)[0])
-            rows_order = order.tolist()
+            rows_order = order
             indices, ids = indices[order], ids[order]
             _, first = np.unique(indices, return_index=True)
         cuts = np.union1d(np.flatnonzero(ids[1:] != ids[:-1]) + 1, first)
@@ -135,7 +135,7 @@ def by_piece(batch) -> tuple[list[int] | None, list[tuple[int, int]], int]:
     return rows_order, list(zip([0] + cuts, cuts + [n])), last
 
 
-def going_back(batch, order: list[int] | None) -> list[int]:
+def going_back(batch, order) -> list[int]:
     """The indices, in ``order`` (``by_piece``'s), of the rows whose ``pos`` is not above the
     previous row's: inside a piece's rows, events out of position order (or a ``pos`` twice);
     at the first row of a piece, nothing. Vectorised: a few microseconds a batch."""
@@ -149,7 +149,7 @@ def going_back(batch, order: list[int] | None) -> list[int]:
         return []
     pos = _indices(column)
     if order is not None:
-        pos = pos[np.asarray(order)]
+        pos = pos[order]
     return (np.flatnonzero(pos[1:] <= pos[:-1]) + 1).tolist()
 
 
@@ -157,7 +157,7 @@ def going_back(batch, order: list[int] | None) -> list[int]:
 CONFIGURING = ("create-entity", "update-entity")
 
 
-def configuring(batch, order: list[int] | None) -> list[int]:
+def configuring(batch, order) -> list[int]:
     """The indices, in ``order`` (``by_piece``'s), of the batch's create-entity and update-entity
     events, found column-wise: the op column's dictionary names every operation of its row
     group, so it names a creation in every batch of a file that creates an entity, and
@@ -173,5 +173,5 @@ def configuring(batch, order: list[int] | None) -> list[int]:
         return []
     hits = np.isin(indices, wanted)
     if order is not None:
-        hits = hits[np.asarray(order)]
+        hits = hits[order]
     return np.flatnonzero(hits).tolist()
