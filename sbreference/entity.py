@@ -351,7 +351,7 @@ class FanOut:
         store_of: Callable[[Any], MessageStore],
         stored_of: Callable[[Any, Message, int], StoredMessage],
     ) -> None:
-        if message.content_type == PING_CONTENT_TYPE:
+        if message.content_type is not None and message.content_type == PING_CONTENT_TYPE:
             return  # PAIR-PING-002: the broker never hands a ping to a receiver
         subs = list(self.subscriptions.values())
         if not subs:
@@ -428,7 +428,7 @@ class Queue(Entity):
         self.store = self._new_store(path, description)
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:
-        if message.content_type == PING_CONTENT_TYPE:
+        if message.content_type is not None and message.content_type == PING_CONTENT_TYPE:
             return  # PAIR-PING-002: the broker never hands a ping to a receiver
         if self.description.forward_to is not None and self.forward(message, seq, now, self.store):
             return

@@ -310,7 +310,7 @@ class PartitionedQueue(PartitionedEntity):
         self.store = PartitionedStore(self, [self._new_store(path, description, self.tokens_for(i)) for i in range(partition_count)])
 
     def deliver_to(self, index: int, message: Message, seq: int, now: int, size: int) -> None:
-        if message.content_type == PING_CONTENT_TYPE:
+        if message.content_type is not None and message.content_type == PING_CONTENT_TYPE:
             return  # PAIR-PING-002
         store = self.store.partitions[index]
         if self.description.forward_to is not None and self.forward(message, seq, now, store):

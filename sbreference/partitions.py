@@ -165,6 +165,12 @@ class PartitionedStore:
             return self._receive_chosen(now, holder, max_count, mode, choose)
         partitions = self.partitions
         available = self.owner.available
+        if max_count == 1:  # the usual receive: the partition whose turn it is has a message ready, and answers
+            index = self.turn
+            store = partitions[index]
+            if available[index] and now < store._due and store.lane.available:
+                self.turn = self.next_turn[index]
+                return store.receive(now, holder, 1, mode)
         out: list[Delivery] = []
         while len(out) < max_count:
             for index in self.turn_order[self.turn]:
