@@ -30,7 +30,7 @@ certify: setup-certify
 	$(BIN)/sbconform certify --target reference --report-dir $(REPORT_DIR)
 
 test: setup
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup-certify
 	$(BIN)/python benchmarks/model_cycle.py

@@ -71,27 +71,30 @@ def sbconform_wheel(tmp_path_factory) -> Path:
     return wheel
 
 
-# `make test` runs the files on two processes (pytest-xdist, --dist loadgroup). Each file is one
-# group, so a module's fixtures (a certification run, a Spark session) are made once; files that
-# share something outside the process share one group and so never run at the same time: the
-# container engine (the sweep test counts the labelled containers of the stand-in images others
-# start too) and clients/js's node_modules (npm ci installs it on first use).
-SHARED_GROUPS = {
+# `make test` runs the test files on two processes (pytest-xdist, --dist loadfile: a file's tests
+# on one process, so a module's fixtures, a certification run or a Spark session, are made once).
+# Files that share something outside the process hold a lock for the whole module, so that no two
+# of them run at once, in this run or in another run on this machine: the container engine (the
+# sweep and emulator tests count the labelled containers of the stand-in images that others start
+# too) and clients/js's node_modules (npm ci installs it on first use).
+SHARED_OUTSIDE = {
     "test_container.py": "container-engine", "test_container_sweep.py": "container-engine",
     "test_emulator.py": "container-engine",
     "test_js_flows.py": "clients-js", "test_proxy_js.py": "clients-js",
 }
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items) -> None:
-    """One xdist group per test file, or the shared group its file belongs to (before xdist
-    reads the groups; without xdist the marker means nothing)."""
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
+@pytest.fixture(scope="module", autouse=True)
+def _one_at_a_time_outside(request):
+    """Holds the lock of what this module shares outside the process (autouse: taken before the
+    module's own fixtures, which build images and install packages), released at its end."""
+    group = SHARED_OUTSIDE.get(request.path.name)
+    if group is None:
+        yield
+        return
+    import fcntl
+    import tempfile
 
-
-def pytest_configure(config) -> None:
-    # registered here too: certify's test processes and a venv without pytest-xdist know it
-    config.addinivalue_line("markers", "xdist_group(name): tests of one group run on one xdist worker")
+    with open(Path(tempfile.gettempdir()) / f"sbconform-tests-{group}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+        yield
