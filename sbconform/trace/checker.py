@@ -34,8 +34,7 @@ from .verdicts import (  # noqa: F401  (the row layout and verdicts, importable 
 )
 
 DLQ_SUFFIX = DEAD_LETTER_SUFFIX
-#: The arguments of an operation recorded without any (shared: read, never changed)
-NO_ARGS: dict = {}
+NO_ARGS: dict = {}  # the arguments of an operation recorded without any (shared: read, never changed)
 DEFAULT_SEARCH_BOUND = 2000
 MAX_CANDIDATES = 64
 #: operations between checkpoints of the state (a window needing the search rebuilds its
@@ -54,8 +53,7 @@ class Shared:
     holders: dict = field(default_factory=dict)  # client/connection -> model holder id
     key_partitions: dict = field(default_factory=dict)  # partition key -> first observed partition
     pings: set = field(default_factory=set)  # sequence numbers (and ids) of pings sent
-    # the last REMEMBER_REMOVED of each, oldest first: an OrderedDict forgets its oldest in constant time
-    # (a dict's ``del d[next(iter(d))]`` scans every slot deleted before it, 15 us each at 20,000)
+    # the last REMEMBER_REMOVED of removed and forgotten: an OrderedDict forgets its oldest in constant time
     removed: OrderedDict = field(default_factory=OrderedDict)  # seq -> how it left (completed, consumed, expired, dead-lettered)
     args: dict = field(default_factory=dict)  # args text -> parsed
     forgotten: OrderedDict = field(default_factory=OrderedDict)  # observed lock -> its last locked-until (None: settled), once pruned
@@ -81,8 +79,7 @@ class PieceModel:
         # observed lock -> (partition, in_dlq, token, seq, locked_until); token None: settled
         self.locks: dict[str, tuple] = {}
         self.now = 0
-        # the model's lock tokens, one counter for every copy of this state (unique across copies);
-        # a C-level counter, no reference back to this state (a cycle the GC would have to find)
+        # the model's lock tokens: one counter shared by the copies (no reference back: no cycle)
         self.tokens = itertools.count(1).__next__
 
     def clone(self) -> "PieceModel":
@@ -255,9 +252,6 @@ class PieceModel:
             if d.lock_token is not None and row[LOCK] is not None:
                 self.locks[row[LOCK]] = (p, dead_letter, d.lock_token, seq, d.locked_until)
 
-    def _remember_lock(self, lock, p, dead_letter, token, seq, locked_until):
-        self.locks[lock] = (p, dead_letter, token, seq, locked_until)
-
     def prune_locks(self) -> None:
         """Forget observed locks the model no longer holds (expired, lost with their
         connection, settled). ``Shared.forgotten`` keeps how each ended (its locked-until,
@@ -347,7 +341,7 @@ class PieceModel:
             if check and row[DELIVERY_COUNT] is not None and got[0].delivery_count != row[DELIVERY_COUNT]:
                 raise Violation("wrong-delivery-count", row, f"delivery count {got[0].delivery_count}", f"{row[DELIVERY_COUNT]}")
             if got[0].lock_token is not None and row[LOCK] is not None:
-                self._remember_lock(row[LOCK], p, False, got[0].lock_token, seq, got[0].locked_until)
+                self.locks[row[LOCK]] = (p, False, got[0].lock_token, seq, got[0].locked_until)
 
     # -- settlement
     def _settle(self, inv, comps, check):
@@ -464,11 +458,8 @@ class PieceModel:
 
 
 def _unlinked(store: MessageStore) -> MessageStore:
-    """``store`` with its dead-letter subqueue's link back to it (``parent``) cleared. The
-    namespace's routing follows that link; a store's own rules never do, and nor does the
-    checker (it ticks the store itself before a dead-letter receive). Without it a discarded
-    copy of the state (a checkpoint replaced, a branch of the search) is freed at once by its
-    reference count, not left as a cycle for the cyclic GC to find (most of the GC's work)."""
+    """``store`` without its dead-letter subqueue's link back (``parent``: only the namespace's routing follows
+    it), so a discarded copy of the state is freed by its reference count, not left as a cycle for the GC."""
     store.dead_letter_queue.parent = None
     return store
 
