@@ -76,18 +76,17 @@ def sbconform_wheel(tmp_path_factory) -> Path:
 # Files that share something outside the process hold a lock for the whole module, so that no two
 # of them run at once, in this run or in another run on this machine: the container engine (the
 # sweep and emulator tests count the labelled containers of the stand-in images that others start
-# too) and clients/js's node_modules (npm ci installs it on first use).
+# too). (clients/js's npm ci is under a lock of its own: test_js_flows._installed.)
 SHARED_OUTSIDE = {
     "test_container.py": "container-engine", "test_container_sweep.py": "container-engine",
     "test_emulator.py": "container-engine",
-    "test_js_flows.py": "clients-js", "test_proxy_js.py": "clients-js",
 }
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_at_a_time_outside(request):
     """Holds the lock of what this module shares outside the process (autouse: taken before the
-    module's own fixtures, which build images and install packages), released at its end."""
+    module's own fixtures, which build images), released at its end."""
     group = SHARED_OUTSIDE.get(request.path.name)
     if group is None:
         yield

@@ -76,11 +76,18 @@ class _Serve:
 
 
 def _installed() -> tuple[str, str]:
+    """node and npm, clients/js's packages installed once: under a lock, since `make test`'s two
+    processes (and another run on this machine) may both get here first."""
+    import fcntl
+    import tempfile
+
     node, npm = _node()
-    if not (JS / "node_modules" / "@azure" / "service-bus").is_dir():
-        installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=JS, capture_output=True, text=True, timeout=600)
-        if installed.returncode != 0:
-            _unavailable(f"npm ci could not install @azure/service-bus (no registry?): {installed.stderr.strip()[-300:]}")
+    with open(Path(tempfile.gettempdir()) / "sbconform-tests-clients-js.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (JS / "node_modules" / "@azure" / "service-bus").is_dir():
+            installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=JS, capture_output=True, text=True, timeout=600)
+            if installed.returncode != 0:
+                _unavailable(f"npm ci could not install @azure/service-bus (no registry?): {installed.stderr.strip()[-300:]}")
     return node, npm
 
 

@@ -49,3 +49,12 @@ Feature: Rule actions
     When message "m" is sent to "t"
     Then peeking "t/Subscriptions/s" shows "m"
     And peeking "t/Subscriptions/s/$DeadLetterQueue" shows nothing
+
+  @RULES-SQL-018
+  Scenario: newid() gives every copy a new GUID
+    Given a topic "t" with subscriptions "a", "b"
+    And "t/Subscriptions/a" has only the rule "ida" with the true filter and action `SET id = newid()`
+    And "t/Subscriptions/b" has only the rule "idb" with the true filter and action `SET id = newid()`
+    When message "m1" is sent to "t"
+    And message "m2" is sent to "t"
+    Then property "id" of the copies of "m1" and "m2" in "t/Subscriptions/a" and "t/Subscriptions/b" holds 4 different GUIDs

@@ -226,6 +226,21 @@ def check_properties(copy: Any, checks: str) -> None:
             raise ValueError(f"unknown check {part!r}")
 
 
+@step(r'property "(?P<name>[^"]+)" of the copies of (?P<mids>"[^"]+"(?: and "[^"]+")*) in (?P<entities>"[^"]+"(?: and "[^"]+")*) '
+      r'holds (?P<n>\d+) different GUIDs')
+def copies_hold_guids(world: World, name: str, mids: str, entities: str, n: str) -> None:
+    """RULES-SQL-018: each value a GUID (an AMQP uuid through a client; the model's Guid), none repeated."""
+    import uuid
+
+    wanted = set(quoted(mids))
+    values = [m.application_properties.get(name) for e in quoted(entities) for m in world.peek_all(e) if m.message_id in wanted]
+    assert len(values) == int(n), f"{len(values)} copies of {sorted(wanted)} in {entities}, expected {n}: {values}"
+    for value in values:
+        assert isinstance(value, uuid.UUID) or (type(value).__name__ == "Guid" and uuid.UUID(value)), \
+            f"property {name!r} is {value!r} ({type(value).__name__}), not a GUID"
+    assert len({str(v) for v in values}) == len(values), f"property {name!r} repeats a GUID: {values}"
+
+
 @step(r'the dead-lettered "(?P<mid>[^"]+)" in "(?P<entity>[^"]+)" has a dead-letter reason and description')
 def dead_letter_reason(world: World, mid: str, entity: str) -> None:
     found = [m for m in world.peek_all(entity) if m.message_id == mid]
