@@ -107,7 +107,8 @@ def test_forgetting_the_oldest_removal_takes_constant_time() -> None:
     from sbreference.message import Message, StoredMessage
 
     shared = Shared()
-    msgs = [StoredMessage(Message(), seq, 0, 0, 0) for seq in range(REMEMBER_REMOVED + 100_000)]
+    message = Message()
+    msgs = [StoredMessage(message, seq, 0, 0, 0) for seq in range(REMEMBER_REMOVED + 100_000)]
     for msg in msgs[:REMEMBER_REMOVED]:
         shared.observe("q", "completed", msg)
     started = time.process_time()
