@@ -172,6 +172,7 @@ class Provisioning:
         self._check_forward_to(f"{topic.path}/Subscriptions/{name}", d.forward_dead_lettered_messages_to)
         self._forget_routes()
         sub = topic.add_subscription(name, d)
+        sub.rules.bind(sub, self)  # its filters' dates are this namespace's clock's (RULES-SQL-016), its forwarding its own
         stamp([sub], self.clock.now, created=True)  # SETTLE-ENT-004
         self.mark_temporary(topic)  # SETTLE-IDLE-001
         self._forward_dead_letters([sub.store], d.forward_dead_lettered_messages_to)

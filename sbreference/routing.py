@@ -123,8 +123,6 @@ class Routing:
                 return topic, transfer_dead_letter_queue(sub, sub.path, topic.next_lock_token)
             return topic, (sub.store.dead_letter_queue if dead_letter else sub.store)
         entity = self._entity(parsed.key)
-        if entity.kind == "topic":
-            self._stamp_rules(entity)
         if parsed.transfer:  # TXN-VIA-003: a queue's, or a topic's used as a transfer entity
             return entity, transfer_dead_letter_queue(entity, entity.path, entity.next_lock_token)
         if dead_letter:
@@ -132,16 +130,6 @@ class Routing:
                 raise ServiceBusError(ErrorCode.ENTITY_NOT_FOUND, f"'{path}': topics have no dead-letter queue.")
             return entity, entity.store.dead_letter_queue
         return entity, None
-
-    def _stamp_rules(self, topic: Entity) -> None:
-        """What a subscription's rules need of their surroundings, set whenever the topic's route is resolved (a new
-        subscription or rule, or a change of forwarding, makes that happen again): the dates its filters see
-        (sys.EnqueuedTimeUtc) are the clock's, its start (a server's ``epoch_ms``; the virtual clock's is
-        1970-01-01T00:00:00Z) plus the model's milliseconds (RULES-SQL-016); whether it auto-forwards (RULES-ACT-005)."""
-        epoch = getattr(self.clock, "epoch_ms", 0)
-        for sub in topic.subscriptions.values():
-            sub.rules.epoch_ms = epoch
-            sub.rules.forwards = sub.description.forward_to is not None
 
     def _receiving_store(self, path: str, use: bool = True) -> MessageStore:
         route = self._routes.get(path)

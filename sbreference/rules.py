@@ -313,17 +313,31 @@ def default_rule() -> Rule:
 class RuleSet:
     """A subscription's rules, by name (case-insensitive), in the order they were added.
 
-    ``epoch_ms``: the UTC instant (epoch milliseconds) of the model's time 0, for the dates a filter sees
-    (sys.EnqueuedTimeUtc, RULES-SQL-016): 1970-01-01T00:00:00Z unless set (a server on real time sets its start)."""
-
-    epoch_ms = 0
-    #: whether the subscription auto-forwards its copies (RULES-ACT-005), set with ``epoch_ms``
-    forwards = False
+    What they need of their surroundings is read when a message is routed, never copied ahead (a copy taken when the
+    topic's route was resolved was stale for a scheduled message that became due after a subscription or rule was
+    created): ``epoch_ms``, the UTC instant (epoch milliseconds) of the model's time 0, for the dates a filter sees
+    (sys.EnqueuedTimeUtc, RULES-SQL-016): its namespace clock's ``epoch_ms`` (a server on real time: its start; the
+    virtual clock: 1970-01-01T00:00:00Z); ``forwards``, whether the subscription auto-forwards its copies now
+    (RULES-ACT-005). ``bind`` names the subscription and its namespace; unbound, 0 and False."""
 
     def __init__(self, rules: Sequence[Rule] | None = None) -> None:
         self.rules: dict[str, Rule] = {}
+        self._subscription: Any = None
+        self._namespace: Any = None
         for rule in (default_rule(),) if rules is None else rules:
             self.add(rule)
+
+    def bind(self, subscription: Any, namespace: Any) -> None:
+        """The subscription these rules belong to, and the namespace whose clock places its times in UTC."""
+        self._subscription, self._namespace = subscription, namespace
+
+    @property
+    def epoch_ms(self) -> int:
+        return getattr(self._namespace.clock, "epoch_ms", 0) if self._namespace is not None else 0
+
+    @property
+    def forwards(self) -> bool:
+        return self._subscription is not None and self._subscription.description.forward_to is not None
 
     def add(self, rule: Rule) -> None:
         """RULES-SQL-014: SQL is checked here, whatever the caller did."""
