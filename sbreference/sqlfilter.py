@@ -47,7 +47,7 @@ from .sqlparse import (
     syntax_error,
     tokenize,
 )
-from .timevalues import MAX_US, Guid, Instant, Span, compare_times, is_time, negate_time, time_arithmetic, time_name
+from .timevalues import MAX_US, Guid, Instant, Span, Uri, as_guid, compare_times, is_time, negate_time, time_arithmetic, time_name
 
 # ------------------------------------------------------------------ properties
 
@@ -147,8 +147,10 @@ def _is_number(v: Any) -> bool:
 
 
 def type_name(v: Any) -> str:
-    if isinstance(v, Guid):
+    if as_guid(v) is not None:
         return "Guid"
+    if isinstance(v, Uri):
+        return "Uri"
     if isinstance(v, bool):
         return "boolean"
     if isinstance(v, int):
@@ -193,7 +195,7 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
         try:
             result = time_arithmetic(op, a, b)
         except OverflowError:
-            raise FilterEvaluationError(f"'{op}' on {type_name(a)} and {type_name(b)} is out of DateTime's range") from None
+            raise FilterEvaluationError(f"'{op}' on {type_name(a)} and {type_name(b)} is out of {type_name(a)}'s range") from None
         if result is None:
             raise FilterEvaluationError(f"operator '{op}' cannot be applied to operands of type {type_name(a)} and {type_name(b)}")
         return result
@@ -237,7 +239,10 @@ def arithmetic(op: str, a: Any, b: Any) -> Any:
 def negate(a: Any) -> Any:
     if _missing(a):
         return UNKNOWN
-    span = negate_time(a)
+    try:
+        span = negate_time(a)
+    except OverflowError:  # -TimeSpan.MinValue: C#'s OverflowException
+        raise FilterEvaluationError("negating TimeSpan.MinValue overflows") from None
     if span is not None:
         return span  # TimeSpan has a unary minus (RULES-SQL-016)
     if not _is_number(a):
@@ -257,6 +262,9 @@ def compare(op: str, a: Any, b: Any) -> Any:
         return {"=": a == b, "<>": a != b, ">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b}[op]
     kind = type(a)
     if kind is not type(b) or (kind is not str and kind is not bool):
+        ga, gb = as_guid(a), as_guid(b)
+        if ga is not None and gb is not None and op in ("=", "<>"):  # two System.Guid (RULES-SQL-018)
+            return (ga == gb) is (op == "=")
         timed = compare_times(op, a, b)
         if timed is not None:
             return timed

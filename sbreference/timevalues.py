@@ -4,7 +4,8 @@ Service Bus evaluates filters and actions over .NET values: a date is a DateTime
 and "operators follow the same semantics as the C# operator binding"
 (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-messaging-sql-filter). The model reads
 no clock, so it does not use the ``datetime`` module (tests/test_reference_purity.py): a DateTime is an
-``Instant`` (microseconds since 1970-01-01T00:00:00Z), a TimeSpan a ``Span`` (microseconds). The values
+``Instant`` (.NET ticks, 100 ns, since 1970-01-01T00:00:00Z), a TimeSpan a ``Span`` (ticks: a TimeSpan's own
+resolution, as Service Bus's AMQP encoding com.microsoft:timespan carries it; ``us`` reads them in microseconds). The values
 clients give (Python's ``datetime`` and ``timedelta``, as the SDKs and serve's AMQP codec hand them over)
 are read by their fields (``as_time``) and compared by instant; a date without an offset is UTC (AMQP
 timestamps are UTC). C#'s bindings: two dates or two durations compare with all six operators; date -
@@ -16,59 +17,74 @@ from __future__ import annotations
 import calendar
 from typing import Any, Callable
 
-#: DateTime's range (0001-01-01 to 9999-12-31T23:59:59.999999), in microseconds from 1970.
-MIN_US = -62_135_596_800_000_000
-MAX_US = 253_402_300_799_999_999
+#: DateTime's range (0001-01-01 to 9999-12-31T23:59:59.9999999), in ticks (100 ns) and in microseconds from 1970;
+#: TimeSpan's, in ticks (Int64).
+MIN_TICKS = -621_355_968_000_000_000
+MAX_TICKS = 2_534_023_007_999_999_999
+MIN_US, MAX_US = MIN_TICKS // 10, MAX_TICKS // 10
+SPAN_TICKS = 2**63
 
 
 class Instant:
-    """A DateTime: microseconds since 1970-01-01T00:00:00Z."""
+    """A DateTime: ticks (100 ns) since 1970-01-01T00:00:00Z; made from microseconds, or ``ticks``."""
 
-    __slots__ = ("us",)
+    __slots__ = ("ticks",)
 
-    def __init__(self, us: int) -> None:
-        if not MIN_US <= us <= MAX_US:
+    def __init__(self, us: int = 0, *, ticks: int | None = None) -> None:
+        ticks = us * 10 if ticks is None else ticks
+        if not MIN_TICKS <= ticks <= MAX_TICKS:
             raise OverflowError("a date outside DateTime's range")
-        self.us = us
+        self.ticks = ticks
+
+    @property
+    def us(self) -> int:
+        return self.ticks // 10
 
     def __eq__(self, other: Any) -> bool:
         o = as_time(other)
-        return type(o) is Instant and o.us == self.us
+        return type(o) is Instant and o.ticks == self.ticks
 
     def __hash__(self) -> int:
-        return hash(("instant", self.us))
+        return hash(("instant", self.ticks))
 
     def timestamp(self) -> float:
-        return self.us / 1_000_000
+        return self.ticks / 10_000_000
 
     def isoformat(self) -> str:
-        seconds, micro = divmod(self.us, 1_000_000)
-        return _iso(seconds) + (f".{micro:06d}".rstrip("0") if micro else "") + "Z"
+        seconds, fraction = divmod(self.ticks, 10_000_000)
+        return _iso(seconds) + (f".{fraction:07d}".rstrip("0") if fraction else "") + "Z"
 
     def __repr__(self) -> str:
         return f"Instant({self.isoformat()})"
 
 
 class Span:
-    """A TimeSpan: microseconds."""
+    """A TimeSpan: ticks (100 ns); made from microseconds, or ``ticks``. Past Int64: OverflowError, as C#'s."""
 
-    __slots__ = ("us",)
+    __slots__ = ("ticks",)
 
-    def __init__(self, us: int) -> None:
-        self.us = us
+    def __init__(self, us: int = 0, *, ticks: int | None = None) -> None:
+        ticks = us * 10 if ticks is None else ticks
+        if not -SPAN_TICKS <= ticks < SPAN_TICKS:
+            raise OverflowError("a duration outside TimeSpan's range")
+        self.ticks = ticks
+
+    @property
+    def us(self) -> int:
+        return self.ticks // 10
 
     def __eq__(self, other: Any) -> bool:
         o = as_time(other)
-        return type(o) is Span and o.us == self.us
+        return type(o) is Span and o.ticks == self.ticks
 
     def __hash__(self) -> int:
-        return hash(("span", self.us))
+        return hash(("span", self.ticks))
 
     def total_seconds(self) -> float:
-        return self.us / 1_000_000
+        return self.ticks / 10_000_000
 
     def __repr__(self) -> str:
-        return f"Span({self.us} us)"
+        return f"Span({self.ticks} ticks)"
 
 
 def _iso(seconds: int) -> str:
@@ -100,7 +116,9 @@ def as_time(v: Any) -> Instant | Span | None:
     if hasattr(v, "utctimetuple") and hasattr(v, "microsecond"):  # a datetime (not a bare date: no utctimetuple)
         return Instant(calendar.timegm(v.utctimetuple()) * 1_000_000 + v.microsecond)
     if hasattr(v, "total_seconds") and hasattr(v, "days") and hasattr(v, "microseconds"):  # a timedelta
-        return Span((v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds)
+        span = Span.__new__(Span)  # (unchecked: a timedelta may exceed TimeSpan; its readers refuse one that does)
+        span.ticks = ((v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds) * 10
+        return span
     return None
 
 
@@ -111,13 +129,30 @@ class Guid(str):
     __slots__ = ()
 
 
+def as_guid(v: Any) -> Guid | None:
+    """``v`` as a Guid if it is one: newid()'s, or a uuid.UUID (an AMQP uuid as clients and serve read one: the
+    same System.Guid to Service Bus; recognised by its fields, the model imports no uuid), else None."""
+    if isinstance(v, Guid):
+        return v
+    if type(v).__name__ == "UUID" and hasattr(v, "int") and hasattr(v, "hex"):
+        return Guid(str(v))
+    return None
+
+
+class Uri(str):
+    """A System.Uri (a message property Service Bus's AMQP encoding marks as com.microsoft:uri): its AbsoluteUri. As a
+    GUID, compared with a string it binds no operator (C# has no == between Uri and string)."""
+
+    __slots__ = ()
+
+
 #: How a date, duration or GUID an action computed leaves the model (RULES-SQL-016: SET user.at = sys.EnqueuedTimeUtc):
 #: a converter the host installs (sbconform's server installs one to datetime and to com.microsoft:timespan),
 #: else the model's own Instant and Span. A conversion of types, the same for every namespace in a process.
-_outward: Callable[[Instant | Span | Guid], Any] | None = None
+_outward: Callable[[Instant | Span | Guid | Uri], Any] | None = None
 
 
-def install_outward(convert: Callable[[Instant | Span | Guid], Any] | None) -> None:
+def install_outward(convert: Callable[[Instant | Span | Guid | Uri], Any] | None) -> None:
     global _outward
     _outward = convert
 
@@ -126,7 +161,7 @@ def outward(v: Any) -> Any:
     """``v`` as it is stored on a message: a date, duration or GUID converted by the host's converter, if any."""
     if _outward is None or type(v) in (str, int, float, bool) or v is None:
         return v
-    if isinstance(v, Guid):
+    if isinstance(v, (Guid, Uri)):
         return _outward(v)
     t = as_time(v)
     return v if t is None else _outward(t)
@@ -150,7 +185,7 @@ def compare_times(op: str, a: Any, b: Any) -> bool | None:
     ta, tb = as_time(a), as_time(b)
     if ta is None or tb is None or type(ta) is not type(tb):
         return None
-    return _ORDER[op](ta.us, tb.us)
+    return _ORDER[op](ta.ticks, tb.ticks)
 
 
 def time_arithmetic(op: str, a: Any, b: Any) -> Instant | Span | None:
@@ -160,17 +195,17 @@ def time_arithmetic(op: str, a: Any, b: Any) -> Instant | Span | None:
         return None
     sign = 1 if op == "+" else -1
     if type(ta) is Instant and type(tb) is Instant:
-        return Span(ta.us - tb.us) if op == "-" else None
+        return Span(ticks=ta.ticks - tb.ticks) if op == "-" else None
     if type(ta) is Instant:
-        return Instant(ta.us + sign * tb.us)
+        return Instant(ticks=ta.ticks + sign * tb.ticks)
     if type(tb) is Span:
-        return Span(ta.us + sign * tb.us)
+        return Span(ticks=ta.ticks + sign * tb.ticks)
     return None
 
 
 def negate_time(a: Any) -> Span | None:
     t = as_time(a)
-    return Span(-t.us) if type(t) is Span else None
+    return Span(ticks=-t.ticks) if type(t) is Span else None
 
 
 def same_time(expected: Any, actual: Any) -> bool | None:
@@ -179,4 +214,4 @@ def same_time(expected: Any, actual: Any) -> bool | None:
     if te is None:
         return None
     ta = as_time(actual)
-    return ta is not None and type(ta) is type(te) and ta.us == te.us
+    return ta is not None and type(ta) is type(te) and ta.ticks == te.ticks

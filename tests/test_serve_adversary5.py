@@ -50,3 +50,173 @@ def test_a_scheduled_message_sees_the_epoch_and_forwarding_of_a_subscription_mad
     assert ns.receive(conn, "q", mode="receive-and-delete") == []  # scheduled in the destination by the action
     clock.advance(MINUTE)
     assert [d.message.message_id for d in ns.receive(conn, "q", mode="receive-and-delete")] == ["m"]
+
+
+
+@pytest.mark.needs("model-internals")
+@pytest.mark.clauses("RULES-SQL-018")
+def test_a_uuid_property_is_a_guid_to_the_filters() -> None:
+    """An AMQP uuid application property (as serve's codec and the SDKs read one: a uuid.UUID) compared with newid()'s
+    Guid was an evaluation error ("operator '=' cannot be applied to operands of type UUID and Guid") that
+    dead-lettered the message: for Service Bus both are System.Guid, which compare (= false for two GUIDs that
+    differ); a uuid is still no string."""
+    import uuid
+
+    ns = Namespace(clock=VirtualClock())
+    conn = ns.connect()
+    ns.create_topic("t")
+    ns.create_subscription("t", "s")
+    ns.remove_rule("t/Subscriptions/s", "$Default")
+    ns.add_rule("t/Subscriptions/s", Rule("g", SqlFilter("g = newid() OR g = g2")))
+    ns.send(conn, "t", Message(b"x", message_id="same", application_properties={"g": uuid.UUID(int=5), "g2": uuid.UUID(int=5)}))
+    ns.send(conn, "t", Message(b"x", message_id="other", application_properties={"g": uuid.UUID(int=5), "g2": uuid.UUID(int=6)}))
+    ns.send(conn, "t", Message(b"x", message_id="text", application_properties={"g": uuid.UUID(int=5), "g2": str(uuid.UUID(int=5))}))
+    assert [d.message.message_id for d in ns.receive(conn, "t/Subscriptions/s", 10, "receive-and-delete")] == ["same"]
+    assert [d.message.message_id for d in ns.peek("t/Subscriptions/s/$DeadLetterQueue", 1, 10)] == ["text"]
+
+# ------------------------------------------------------------ through serve (raw AMQP frames)
+pytest.importorskip("proton", reason="the sdk extra (python-qpid-proton) is not installed")
+
+from proton import Described, symbol, timestamp  # noqa: E402
+from proton import Message as ProtonMessage  # noqa: E402
+
+from serve_support import ATTACH, CLOSE, SOURCE, TARGET, TRANSFER, RawClient, flow, frame, performative  # noqa: E402
+from test_serve_adversary2 import management, outcome  # noqa: E402
+from test_serve_security import InProcess, authorized_sender  # noqa: E402
+
+ACCEPTED = 0x24
+TIMESPAN, DATETIME_OFFSET, URI = symbol("com.microsoft:timespan"), symbol("com.microsoft:datetime-offset"), symbol("com.microsoft:uri")
+#: .NET's DateTime.MaxValue in AMQP milliseconds, and in Python (whose resolution is a microsecond)
+MAX_MS = 253_402_300_799_999
+DATETIME_MAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+class Adv5(InProcess):
+    config = {"UserConfig": {"Namespaces": [{"Name": "adv5", "Queues": [{"Name": "q"}],
+                                             "Topics": [{"Name": "t", "Subscriptions": [{"Name": "s"}]}]}]}}
+
+
+@pytest.fixture(scope="module")
+def srv5():
+    server = Adv5(link_credit=20, max_delivery_size=256 * 1024, open_timeout=2.0, idle_timeout=10.0)
+    yield server
+    server.stop()
+
+
+def with_rule(srv: InProcess, rule: Rule, sub: str = "s") -> None:
+    """``sub`` of topic 't' holds ``rule`` alone (made on the server's loop)."""
+
+    def change() -> None:
+        ns = srv.server.namespace
+        path = f"t/Subscriptions/{sub}"
+        for r in ns.list_rules(path):
+            ns.remove_rule(path, r.name)
+        ns.add_rule(path, rule)
+
+    srv.on_loop(change)
+
+
+def sent_to_topic(srv: InProcess, *props: dict) -> None:
+    c = authorized_sender(srv.port, "t")
+    for i, p in enumerate(props):
+        m = ProtonMessage(body=b"x", id=f"m{i}", properties=p)
+        c.send(c.transfer(5, m.encode()))
+        assert outcome(c, i) == (ACCEPTED, None)
+    c.close()
+
+
+def received(srv: InProcess, count: int, path: str = "t/Subscriptions/s") -> list[ProtonMessage]:
+    """What a receive-and-delete receiver on ``path`` is sent, as it came over the wire: ``count`` messages are
+    waited for (5 s at most), then anything more for 0.2 s."""
+    from proton import Described as D
+    from proton import ubyte, uint, ulong
+
+    r = RawClient(srv.port)
+    r.open_session()
+    assert r.put_token(path.split("/")[0]) == 200
+    before = len(r.frames.of(TRANSFER))
+    source, target = D(ulong(SOURCE), [path]), D(ulong(TARGET), [None])
+    r.send(frame(performative(ATTACH, "rd", uint(5), True, ubyte(1), ubyte(0), source, target)), flow(5, 50))
+    r.read(5, until=lambda f: len(f.of(TRANSFER)) - before >= count)
+    r.read(0.2)
+    r.close()
+    out = []
+    for t in r.frames.of(TRANSFER)[before:]:
+        m = ProtonMessage()
+        m.decode(t[3])
+        out.append(m)
+    return out
+
+
+def request(srv: InProcess, path: str, operation: str, body: dict) -> ProtonMessage:
+    c = RawClient(srv.port)
+    c.open_session()
+    assert c.put_token(path.split("/")[0]) == 200
+    reply = management(c, path, operation, body, 10)
+    assert not c.frames.of(CLOSE), [f[2] for f in c.frames.of(CLOSE)]  # the connection goes on
+    c.close()
+    assert reply is not None, "no reply"
+    return reply
+
+
+def test_enumerate_rules_answers_a_correlation_filter_holding_a_duration(srv5: InProcess) -> None:
+    """A correlation filter property that is a duration (the REST API's d6p1:duration, RULES-CORR-004) made
+    enumerate-rules fail to encode its answer: amqp:internal-error closed the connection. It is answered as Service
+    Bus writes a TimeSpan in AMQP: com.microsoft:timespan, a long of 100 ns ticks (azure-sdk-for-net,
+    AmqpMessageConverter.TryGetAmqpObjectFromNetObject)."""
+    from sbreference.rules import CorrelationFilter
+
+    with_rule(srv5, Rule("lag", CorrelationFilter(properties={"lag": dt.timedelta(seconds=90, microseconds=5)})))
+    reply = request(srv5, "t/Subscriptions/s", "com.microsoft:enumerate-rules", {"top": 10, "skip": 0})
+    assert reply.properties["statusCode"] == 200, reply.properties
+    [entry] = reply.body["rules"]
+    assert entry["rule-description"].value[0].value[8] == {"lag": Described(TIMESPAN, 900_000_050)}
+
+
+@pytest.mark.parametrize("ms, read_as", [(2**62, DATETIME_MAX), (MAX_MS, DATETIME_MAX), (-2**62, dt.datetime(1970, 1, 1, tzinfo=UTC))],
+                         ids=["past-max", "max", "before-1970"])
+def test_an_add_rule_timestamp_outside_datetimes_range_is_read_as_service_bus_reads_it(srv5: InProcess, ms: int, read_as) -> None:
+    """An AMQP timestamp past DateTime's range in add-rule was a 400 "bad request: Python int too large to convert to
+    C int" (Python's words). Service Bus reads timestamps with Microsoft.Azure.Amqp, whose TimeStampEncoding.ToDateTime
+    reads a negative one as the epoch and one at or past DateTime.MaxValue's milliseconds as DateTime.MaxValue
+    (https://github.com/Azure/azure-amqp, src/Encoding/TimeStampEncoding.cs): the rule is added with that date."""
+    from sbreference.timevalues import as_time
+
+    name = f"ts{ms}"
+    body = {"rule-name": name, "rule-description": {"correlation-filter": {"properties": {"at": timestamp(ms)}}}}
+    reply = request(srv5, "t/Subscriptions/s", "com.microsoft:add-rule", body)
+    assert reply.properties["statusCode"] == 200, reply.properties
+    [rule] = [r for r in srv5.on_loop(lambda: srv5.server.namespace.list_rules("t/Subscriptions/s")) if r.name == name]
+    assert as_time(rule.filter.properties["at"]) == as_time(read_as)
+
+
+def test_a_message_property_timestamp_outside_datetimes_range_is_stored_as_sent(srv5: InProcess) -> None:
+    """A message whose application property is an AMQP timestamp past DateTime's range (2**62 ms; valid AMQP) was
+    refused: argument-error "The message could not be decoded: malformed message: OverflowError: date value out of
+    range". Service Bus stores messages as sent and reads such a timestamp as DateTime.MaxValue
+    (Microsoft.Azure.Amqp's TimeStampEncoding.ToDateTime): it is accepted, delivered with the bytes it came with, and
+    a filter sees DateTime.MaxValue."""
+    with_rule(srv5, Rule("max", SqlFilter("at >= @p", {"@p": DATETIME_MAX})))
+    sent_to_topic(srv5, {"at": timestamp(2**62)}, {"at": timestamp(MAX_MS - 1)})
+    got = received(srv5, 1)
+    assert [(m.id, m.properties["at"]) for m in got] == [("m0", timestamp(2**62))]
+
+
+def test_service_bus_encodings_of_timespan_datetimeoffset_and_uri_are_read_as_those_values(srv5: InProcess) -> None:
+    """A TimeSpan property, as Service Bus's clients send one (a long of ticks described by com.microsoft:timespan;
+    azure-sdk-for-net AmqpMessageConverter), reached the filters as a (descriptor, value) pair: 'lag > @p' with a
+    TimeSpan parameter was an evaluation error and the message was dead-lettered. It is a TimeSpan to its tick (15
+    ticks > 1 us), a com.microsoft:datetime-offset a date (its UtcTicks), a com.microsoft:uri a Uri (an action's copy
+    of it is written as one, not as an AMQP list); each goes back out as sent."""
+    new_year_ticks = 621_355_968_000_000_000 + int(NEW_YEAR.timestamp()) * 10_000_000
+    with_rule(srv5, Rule("typed", SqlFilter("lag > @p AND at = @d", {"@p": dt.timedelta(microseconds=1), "@d": NEW_YEAR}),
+                         SqlRuleAction("SET copy = link")))
+    sent_to_topic(srv5,
+                  {"lag": Described(TIMESPAN, 15), "at": Described(DATETIME_OFFSET, new_year_ticks), "link": Described(URI, "http://x/")},
+                  {"lag": Described(TIMESPAN, 10), "at": Described(DATETIME_OFFSET, new_year_ticks), "link": Described(URI, "http://x/")})
+    got = received(srv5, 1)
+    assert [m.id for m in got] == ["m0"]
+    props = got[0].properties
+    assert props["lag"] == Described(TIMESPAN, 15) and props["at"] == Described(DATETIME_OFFSET, new_year_ticks)
+    assert props["copy"] == props["link"] == Described(URI, "http://x/")
+    assert not received(srv5, 0, "t/Subscriptions/s/$DeadLetterQueue")

@@ -247,7 +247,7 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
                     raise WireError(f"application property {str(key)!r} holds a {kind}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
                 name = str(key)
                 application.append((name, raw))
-                app_values[name] = value
+                app_values[name] = (v.dotnet_value(*value) or value) if kind == "described" else value  # (.NET's TimeSpan...)
         elif code in BODY_SECTIONS:
             body_parts.append((code, start, end))
             if code == DATA:

@@ -86,6 +86,49 @@ def skip(buf: bytes | memoryview, pos: int) -> int:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: DateTime.MaxValue in AMQP milliseconds (Microsoft.Azure.Amqp's TimeStampEncoding.MaxMilliseconds), and as Python
+#: holds it (a microsecond's resolution)
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+_DATETIME_MAX = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+
+
+def timestamp_datetime(ms: int) -> dt.datetime:
+    """An AMQP timestamp as Service Bus reads it: Microsoft.Azure.Amqp's TimeStampEncoding.ToDateTime reads a negative
+    one as the epoch and one at or past DateTime.MaxValue's milliseconds as DateTime.MaxValue
+    (https://github.com/Azure/azure-amqp, src/Encoding/TimeStampEncoding.cs). Every 64-bit value is a date: none is
+    refused (the message keeps the bytes as sent; this is the date filters see)."""
+    if ms >= MAX_TIMESTAMP_MS:
+        return _DATETIME_MAX
+    return _EPOCH + dt.timedelta(milliseconds=max(ms, 0))
+
+
+#: Service Bus's AMQP encodings of .NET values AMQP has no type for (azure-sdk-for-net, AmqpMessageConverter's
+#: TryGetAmqpObjectFromNetObject / TryGetNetObjectFromAmqpObject; the same table in Microsoft's "AMQP 1.0 in Service
+#: Bus" type mapping): a TimeSpan is its Ticks as a long described by com.microsoft:timespan; a DateTimeOffset its
+#: UtcTicks (from 0001-01-01) described by com.microsoft:datetime-offset; a Uri its AbsoluteUri as a string described
+#: by com.microsoft:uri.
+TIMESPAN, DATETIME_OFFSET, URI = "com.microsoft:timespan", "com.microsoft:datetime-offset", "com.microsoft:uri"
+_DOTNET_EPOCH_TICKS = 621_355_968_000_000_000  # DateTime(1970, 1, 1).Ticks
+
+
+def dotnet_value(descriptor: Any, inner: Any) -> Any:
+    """The value a described application property stands for as rules see it (sbreference.timevalues' Span, Instant
+    and Uri), or None for a described value that is none of Service Bus's (or one .NET could not read: a
+    DateTimeOffset outside DateTime's range): such a one is kept, opaque, as sent."""
+    from sbreference.timevalues import Instant, Span, Uri
+
+    if not isinstance(descriptor, Symbol):
+        return None
+    if descriptor == TIMESPAN and type(inner) is int:  # (a long: read_typed's int; bool is not one)
+        return Span(ticks=inner)
+    if descriptor == DATETIME_OFFSET and type(inner) is int:
+        try:
+            return Instant(ticks=inner - _DOTNET_EPOCH_TICKS)
+        except OverflowError:
+            return None
+    if descriptor == URI and type(inner) is str:
+        return Uri(inner)
+    return None
 
 
 class Symbol(str):
@@ -167,7 +210,7 @@ def read_typed(buf, pos: int = 0) -> tuple[str, Any, int]:
     if code == 0x73:
         return "char", chr(_fixed(">I", buf, p)), end
     if code == 0x83:
-        return "timestamp", _EPOCH + dt.timedelta(milliseconds=_fixed(">q", buf, p)), end
+        return "timestamp", timestamp_datetime(_fixed(">q", buf, p)), end
     if code == 0x98:
         return "uuid", uuid.UUID(bytes=bytes(buf[p:p + 16])), end
     if code in (0x74, 0x84, 0x94):

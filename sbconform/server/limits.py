@@ -25,6 +25,7 @@ from proton import byte, float32, int32, short, ubyte, uint, ulong, ushort
 from sbreference import NEVER, ErrorCode, ServiceBusError, paths
 from sbreference.message import Delivery as ModelDelivery
 from sbreference.message import State, StoredMessage
+from sbreference.timevalues import Instant, Span
 
 from ..amqp import codec
 from ..amqp.codec import Envelope
@@ -116,8 +117,8 @@ def check_message(message: Any) -> None:
             raise Refused(f"application property key {key!r} is not a string (AMQP 1.0 part 3, 3.2.5)")
         if isinstance(value, (dict, list, Array)):
             raise Refused(f"application property {key!r} holds a {type(value).__name__}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
-        if isinstance(value, (tuple, Described)):
-            continue  # a described value (Service Bus's own: com.microsoft:datetime-offset, timespan, uri)
+        if isinstance(value, (tuple, Described, Instant, Span)):
+            continue  # a described value (Service Bus's own: com.microsoft:datetime-offset, timespan, uri, as the codec reads them)
         if not isinstance(value, _SIMPLE):
             raise Refused(f"application property {key!r} holds a {type(value).__name__}, not a simple value (AMQP 1.0 part 3, 3.2.5)")
 

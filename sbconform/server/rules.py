@@ -24,7 +24,9 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sbreference.timevalues import Guid, Instant, Span, install_outward
+from sbreference.timevalues import Guid, Instant, Span, Uri, as_time, install_outward
+
+from ..amqp import values as wire
 from sbreference import CorrelationFilter, ErrorCode, FalseFilter, Rule, ServiceBusError, SqlFilter, SqlRuleAction, TrueFilter
 
 #: The descriptor codes as Service Bus and its clients write them. The filters' have one digit
@@ -71,16 +73,19 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TIMESPAN = "com.microsoft:timespan"
 
 
-def _outward(value: Instant | Span | Guid) -> Any:
-    """A date, duration or GUID a rule action computed, as serve stores it: a datetime (an AMQP timestamp on the
-    wire), a described com.microsoft:timespan (RULES-SQL-016), a UUID (an AMQP uuid, RULES-SQL-018)."""
+def _outward(value: Instant | Span | Guid | Uri) -> Any:
+    """A date, duration, GUID or URI a rule action computed (or a rule holds), as serve writes it: a datetime (an AMQP
+    timestamp on the wire), a described com.microsoft:timespan of its ticks (RULES-SQL-016), a UUID (an AMQP uuid,
+    RULES-SQL-018), a described com.microsoft:uri (Service Bus's encodings: sbconform.amqp.values.dotnet_value)."""
     from proton import Described, symbol
 
     if isinstance(value, Guid):
         return uuid.UUID(value)
+    if isinstance(value, Uri):
+        return Described(symbol(wire.URI), str(value))
     if isinstance(value, Instant):
         return _EPOCH + dt.timedelta(microseconds=value.us)
-    return Described(symbol(TIMESPAN), value.us * 10)
+    return Described(symbol(TIMESPAN), value.ticks)
 
 
 install_outward(_outward)
@@ -105,8 +110,12 @@ def _plain(value: Any) -> Any:
         return {_plain(k): _plain(v) for k, v in value.items()}
     if isinstance(value, bool):
         return bool(value)
-    if type(value).__name__ == "timestamp" and isinstance(value, int):  # proton.timestamp: epoch milliseconds
-        return _EPOCH + dt.timedelta(milliseconds=int(value))
+    if type(value).__name__ == "timestamp" and isinstance(value, int):  # proton.timestamp: epoch milliseconds, read
+        return wire.timestamp_datetime(int(value))  # as Service Bus reads it (out of DateTime's range: clamped)
+    if type(value).__name__ == "Described" and hasattr(value, "descriptor"):  # proton's: Service Bus's TimeSpan, Uri...
+        inner = value.value
+        read = wire.dotnet_value(wire.Symbol(value.descriptor), int(inner) if type(inner) is not bool and isinstance(inner, int) else inner)
+        return value if read is None else read
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -159,11 +168,20 @@ def rule_from_add_request(body: dict) -> Rule:
 
 
 def _amqp_values(values: Any) -> dict:
-    """Property or parameter values for an AMQP answer: a date as an AMQP timestamp."""
+    """Property or parameter values for an AMQP answer: a date as an AMQP timestamp, a duration as Service Bus writes a
+    TimeSpan (com.microsoft:timespan; a Python timedelta was no AMQP value: the answer failed to encode and closed the
+    connection), a GUID as a uuid."""
     from proton import timestamp
 
-    return {k: timestamp(round((v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)).timestamp() * 1000))
-            if isinstance(v, dt.datetime) else v for k, v in dict(values).items()}
+    out = {}
+    for k, v in dict(values).items():
+        t = as_time(v)
+        if isinstance(v, (Guid, Uri)) or type(t) is Span:
+            v = _outward(v if isinstance(v, (Guid, Uri)) else t)
+        elif t is not None:
+            v = timestamp(t.ticks // 10_000)
+        out[k] = v
+    return out
 
 
 def rule_description(rule: Rule) -> Any:
