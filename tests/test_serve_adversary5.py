@@ -220,3 +220,68 @@ def test_service_bus_encodings_of_timespan_datetimeoffset_and_uri_are_read_as_th
     assert props["lag"] == Described(TIMESPAN, 15) and props["at"] == Described(DATETIME_OFFSET, new_year_ticks)
     assert props["copy"] == props["link"] == Described(URI, "http://x/")
     assert not received(srv5, 0, "t/Subscriptions/s/$DeadLetterQueue")
+
+
+@pytest.fixture(scope="module")
+def rest5(srv5: InProcess):
+    from sbconform.server.admin_http import AdminHttp
+
+    http = AdminHttp(srv5.server, "127.0.0.1", 0)
+    http.start()
+    yield http
+    http.stop()
+
+
+RULE_ENTRY = ('<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><RuleDescription '
+              'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">'
+              '<Filter i:type="CorrelationFilter"><Properties><KeyValueOfstringanyType><Key>w</Key><Value i:type="d6p1:{type}" '
+              'xmlns:d6p1="http://www.w3.org/2001/XMLSchema">{text}</Value></KeyValueOfstringanyType></Properties></Filter>'
+              '</RuleDescription></content></entry>')
+TIMESPAN_MAX_TICKS = 2**63 - 1
+
+
+def rest_value(http, name: str) -> tuple[str, str]:
+    """(xs type, text) of rule ``name``'s one correlation property, as GET answers it."""
+    import re
+
+    from test_admin_http import raw
+
+    status, body = raw(http, "GET", f"/t/Subscriptions/s/Rules/{name}?api-version=2021-05")
+    assert status == 200, body[:300]
+    [(kind, text)] = re.findall(r'<Value i:type="d6p1:(\w+)"[^>]*>([^<]*)</Value>', body.decode())
+    return kind, text
+
+
+def duration_ticks(text: str) -> int:
+    """An xs:duration's ticks, exactly (as .NET's XmlConvert.ToTimeSpan reads one; days, hours, minutes, seconds)."""
+    import re
+    from decimal import Decimal
+
+    m = re.fullmatch(r"(-)?P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?)?", text)
+    days, hours, minutes = (int(g or 0) for g in m.group(2, 3, 4))
+    ticks = ((days * 24 + hours) * 60 + minutes) * 60 * 10**7 + int(Decimal(m.group(5) or 0) * 10**7)
+    return -ticks if m.group(1) else ticks
+
+
+def test_durations_past_timespan_are_refused_and_timespan_max_is_written_back_readable(srv5: InProcess, rest5) -> None:
+    """The REST API took P10675199DT2H48M5.4775808S, one tick past TimeSpan.MaxValue (Service Bus's reader,
+    XmlConvert.ToTimeSpan, overflows: a 400), and wrote TimeSpan.MaxValue itself back as ...5.477581S (rounded to the
+    microsecond, past MaxValue: a .NET client could not read the rule back). A duration is read to the tick, refused
+    past TimeSpan's range, and written no larger than it was."""
+    from test_admin_http import raw
+
+    put = lambda name, text: raw(rest5, "PUT", f"/t/Subscriptions/s/Rules/{name}?api-version=2021-05",  # noqa: E731
+                                 body=RULE_ENTRY.format(type="duration", text=text).encode())
+    assert put("span-over", "P10675199DT2H48M5.4775808S")[0] == 400
+    assert put("span-days-over", "P10675200D")[0] == 400
+    assert put("span-max", "P10675199DT2H48M5.4775807S")[0] == 201
+    kind, text = rest_value(rest5, "span-max")
+    assert kind == "duration" and TIMESPAN_MAX_TICKS - 10 < duration_ticks(text) <= TIMESPAN_MAX_TICKS, text
+
+
+def test_a_rule_added_over_amqp_with_a_timespan_reads_back_through_rest_as_a_duration(srv5: InProcess, rest5) -> None:
+    """A correlation property added over AMQP as com.microsoft:timespan is a TimeSpan to the model; the REST API wrote
+    it as d6p1:string 'Span(...)'. It is a d6p1:duration of the same ticks (to the microsecond, as written)."""
+    body = {"rule-name": "amqp-span", "rule-description": {"correlation-filter": {"properties": {"w": Described(TIMESPAN, 900_000_000)}}}}
+    assert request(srv5, "t/Subscriptions/s", "com.microsoft:add-rule", body).properties["statusCode"] == 200
+    assert rest_value(rest5, "amqp-span") == ("duration", "PT1M30S")

@@ -28,7 +28,14 @@ INT32_MAX = 2**31 - 1
 def _value_type(value: Any) -> tuple[str, str]:
     """A key-value pair's value as (xs type, text), as the .NET data contract writes it
     (the Python SDK's ``serialize_value_type`` reads and writes the same names): dates as
-    ``dateTime`` in UTC, durations as ``duration`` (RULES-CORR-004, RULES-SQL-016)."""
+    ``dateTime`` in UTC, durations as ``duration`` (RULES-CORR-004, RULES-SQL-016); the model's own (a TimeSpan added
+    over AMQP as com.microsoft:timespan) as those."""
+    from sbreference.timevalues import Instant, Span
+
+    if isinstance(value, Instant):
+        value = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=value.us)
+    elif isinstance(value, Span):
+        value = dt.timedelta(microseconds=value.ticks // 10 if value.ticks >= 0 else -(-value.ticks // 10))
     if isinstance(value, dt.datetime):
         return "dateTime", _date_text(value)
     if isinstance(value, dt.timedelta):
@@ -72,12 +79,24 @@ def _parse_date(text: str) -> dt.datetime:
     return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
 
 
+#: TimeSpan's range in ticks (100 ns): Int64
+TIMESPAN_TICKS = 2**63
+
+
 def _parse_duration(text: str) -> dt.timedelta:
+    """An xs:duration read to the tick (100 ns, as XmlConvert.ToTimeSpan reads it; digits past the seventh are
+    dropped), OverflowError past TimeSpan's range (Service Bus's reader overflows: the caller's 400), then held to the
+    microsecond toward zero: written back, it is never larger than it was (TimeSpan.MaxValue, P10675199DT2H48M5.4775807S,
+    rounded up to ...5.477581S, was past it: a .NET client could not read it back)."""
     m = _XS_DURATION.match(text.strip())
     if not m or text.strip().lstrip("-") in ("P", "PT"):
         raise ValueError(text)
     days, hours, minutes = (int(g) if g else 0 for g in m.groups()[1:4])
-    span = dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=float(m.group(5) or 0))
+    whole, _, fraction = (m.group(5) or "0").partition(".")
+    ticks = ((days * 24 + hours) * 60 + minutes) * 60 * 10**7 + int(whole) * 10**7 + int((fraction + "0" * 7)[:7])
+    if ticks > TIMESPAN_TICKS - (0 if m.group(1) else 1):
+        raise OverflowError(f"{text} is outside TimeSpan's range")
+    span = dt.timedelta(microseconds=ticks // 10)
     return -span if m.group(1) else span
 
 
