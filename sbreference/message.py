@@ -105,19 +105,26 @@ def with_dead_letter_source(message: Message, source: str) -> Message:
 
 
 def message_size(message: Message) -> int:
-    """The model's size of a message in bytes, measured once per message (then kept on it).
+    """The model's size of a message in bytes.
 
     Body, plus every string property and application property (key and value), plus a
     fixed overhead. It is not the AMQP-encoded size, but it grows the same way: moving a
     property under another name, or adding one, makes the message larger (PAIR-SIZE-001).
     A message whose transport measured it (``wire_size``, ``measured_as_sent``) is at least that.
+
+    Measured once and kept on the message when it has application properties or a transport's
+    size; a message with neither is measured again if asked again (a send asks once), as keeping
+    it costs a call through the frozen dataclass's slot setter on every send.
     """
     size = message._size
     if size >= 0:
         return size
     size = _model_size(message)
-    if message.wire_size is not None and message.wire_size > size:
-        size = message.wire_size
+    if message.wire_size is not None:
+        if message.wire_size > size:
+            size = message.wire_size
+    elif not message.application_properties:
+        return size
     _keep_size(message, size)
     return size
 

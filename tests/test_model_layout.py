@@ -30,3 +30,14 @@ def test_a_clone_receives_its_own_records_and_leaves_the_original_as_it_was() ->
     assert head.sequence_number == 1 and head.delivery_count == 2
     assert [d.sequence_number for d in store.receive(20_000, 1, 5, PEEK_LOCK)] == [1, 3]  # its lock expired; 2 expired
     assert [d.sequence_number for d in copy.receive(20_000, 2, 5, PEEK_LOCK)] == [1, 3]  # its locks expired; 2 expired
+
+
+def test_a_message_measures_the_same_whether_its_size_was_kept_or_not() -> None:
+    from sbreference.message import measured_as_sent, message_size
+
+    plain = Message(b"abc", message_id="id")
+    with_properties = Message(b"", application_properties={"k": "vv"}, subject="é")
+    assert [message_size(plain), message_size(plain)] == [64 + 3 + 2] * 2
+    assert [message_size(with_properties), message_size(with_properties)] == [64 + 1 + 2 + 2] * 2  # 'é': 2 bytes of UTF-8
+    assert message_size(measured_as_sent(Message(b"x"), 500)) == 500  # the transport's size, when larger
+    assert message_size(measured_as_sent(Message(b"x" * 600), 500)) == 64 + 600
