@@ -121,7 +121,7 @@ def sent_to_topic(srv: InProcess, *props: dict) -> None:
     for i, p in enumerate(props):
         m = ProtonMessage(body=b"x", id=f"m{i}", properties=p)
         c.send(c.transfer(5, m.encode()))
-        assert outcome(c, i) == (ACCEPTED, None)
+        assert outcome(c, i + 1) == (ACCEPTED, None)  # (disposition 0: the put-token's)
     c.close()
 
 
@@ -285,3 +285,20 @@ def test_a_rule_added_over_amqp_with_a_timespan_reads_back_through_rest_as_a_dur
     body = {"rule-name": "amqp-span", "rule-description": {"correlation-filter": {"properties": {"w": Described(TIMESPAN, 900_000_000)}}}}
     assert request(srv5, "t/Subscriptions/s", "com.microsoft:add-rule", body).properties["statusCode"] == 200
     assert rest_value(rest5, "amqp-span") == ("duration", "PT1M30S")
+
+
+@pytest.mark.parametrize("when", ["soon", Described(TIMESPAN, 5), 5], ids=["string", "timespan", "long"])
+def test_a_scheduled_enqueue_time_that_is_no_timestamp_is_refused_saying_so(srv5: InProcess, when) -> None:
+    """x-opt-scheduled-enqueue-time is a DateTime, an AMQP timestamp (every SDK writes one). A string was refused with
+    Python's words ("malformed message: ValueError: invalid literal for int() with base 10: 'soon'"), a described
+    value with "TypeError: int() argument must be ... not 'tuple'", and a long was taken as milliseconds. Each is
+    refused with an argument error naming the annotation and what it holds."""
+    c = authorized_sender(srv5.port, "q")
+    m = ProtonMessage(body=b"x", id="when")
+    m.annotations = {symbol("x-opt-scheduled-enqueue-time"): when}
+    c.send(c.transfer(5, m.encode()))
+    assert outcome(c, 1) == (0x25, "com.microsoft:argument-error")
+    text = c.frames.of(0x15)[1][2].value[4].value[0].value[1]
+    assert "x-opt-scheduled-enqueue-time" in text and "timestamp" in text and "Error" not in text, text
+    c.close()
+    assert srv5.on_loop(lambda: srv5.server.namespace.runtime_info("q")["scheduled"]) == 0

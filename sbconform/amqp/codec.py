@@ -218,9 +218,11 @@ def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) ->
                     raise WireError(f"message annotation {name} is null")
                 if name == X_PARTITION_KEY:
                     partition_key = read(raw, skip(raw, 0))[0]
-                elif name == X_SCHEDULED:
-                    when = read(raw, skip(raw, 0))[0]
-                    scheduled = _ms(when) - epoch_ms if when is not None else None
+                elif name == X_SCHEDULED:  # a DateTime: an AMQP timestamp (null: refused above)
+                    kind, when, _ = read_typed(raw, skip(raw, 0))
+                    if kind != "timestamp":
+                        raise WireError(f"message annotation {X_SCHEDULED} holds a {kind}, not a timestamp")
+                    scheduled = _ms(when) - epoch_ms
                 if name not in BROKER_ANNOTATIONS:
                     annotations.append((name, raw))
         elif code == PROPERTIES:
@@ -331,9 +333,7 @@ def _simple(data: bytes) -> ModelMessage | None:
 
 
 def _ms(when: Any) -> int:
-    if hasattr(when, "timestamp"):
-        return round(when.timestamp() * 1000)
-    return int(when)
+    return round(when.timestamp() * 1000)
 
 
 # ---------------------------------------------------------------- encoding
