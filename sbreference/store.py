@@ -295,7 +295,8 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         puts the deadline in the lock queue (session messages follow their session lock).
         The holder is the connection that received the message: its locks are lost with it
         (SETTLE-LOCK-009); who may settle the lock is another matter (SETTLE-LOCK-011)."""
-        token = self.next_lock_token()
+        next_token = self.next_lock_token  # a callable attribute: read, then called (no method lookup)
+        token = next_token()
         msg.state = LOCKED
         msg.lock_token = token
         msg.locked_until = locked_until
@@ -356,8 +357,9 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             deadlines.pop()  # as _unlock does
         msg.lock_token = msg.locked_until = msg.holder = None
         msg.state = COMPLETED
-        if self.on_remove is not None:
-            self.on_remove(msg)
+        on_remove = self.on_remove  # as next_lock_token in _lock
+        if on_remove is not None:
+            on_remove(msg)
 
     def abandon(self, now: int, holder: int, lock_token: int, properties: dict | None = None) -> None:
         """SETTLE-ABAN-001: released at once, as a failed delivery; SETTLE-MOD-001: with the
@@ -440,9 +442,8 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             self._due = deadline
 
     def _unlock(self, msg: StoredMessage) -> None:
-        """The lock ends before its deadline, which stays behind, stale (``tick`` skips it); unless
-        it is the newest deadline, as when messages are settled in the order they were received:
-        then it leaves now, so that the queue does not grow with settled locks."""
+        """The lock ends before its deadline, which stays behind, stale (``tick`` skips it); unless it is the newest,
+        as when messages are settled in the order they were received: then it leaves now (the queue does not grow)."""
         token = msg.lock_token
         del self.locks[token]
         deadlines = self.lock_deadlines
