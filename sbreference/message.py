@@ -144,7 +144,7 @@ def _model_size(message: Message) -> int:
         message.reply_to_session_id,
     ):
         if value is not None:  # an ASCII string is its length; anything else is measured (bytes, UTF-8)
-            size += len(value) if value.__class__ is str and value.isascii() else _value_size(value)
+            size += len(value) if type(value) is str and value.isascii() else _value_size(value)
     if message.time_to_live is not None:
         size += 8
     if message.scheduled_enqueue_time is not None:

@@ -96,13 +96,10 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
     # ----------------------------------------------------------------- copies
 
     def clone(self) -> "MessageStore":
-        """An independent copy of this store's state, its dead-letter subqueue's too.
-
-        For checkers that try several orders of concurrent operations from one state
-        (``sbconform.trace.checker``): each order runs on its own copy. Messages
-        (immutable) are shared; records, locks, lanes, sessions and deadlines are copied.
-        Lock tokens keep coming from the same counter, so they stay unique across copies.
-        """
+        """An independent copy of this store's state, its dead-letter subqueue's too, for checkers that try
+        several orders of concurrent operations from one state (``sbconform.trace.checker``): each order runs
+        on its own copy. Messages (immutable) are shared; records, locks, lanes, sessions and deadlines are
+        copied. Lock tokens keep coming from the same counter, so they stay unique across copies."""
         other = MessageStore.__new__(MessageStore)
         other.__dict__.update(self.__dict__)
         messages = {seq: msg.copy() for seq, msg in self.messages.items()}
@@ -152,11 +149,9 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
                     self._expire(msg, expires_at)
 
     def next_due(self) -> int | None:
-        """The next instant at which ``tick`` would change something, if any.
-
-        Stale entries at the front (settled locks, released sessions, messages gone)
-        are dropped on the way, as ``tick`` would drop them, so a caller waiting on this
-        instant never waits on something that will not happen."""
+        """The next instant at which ``tick`` would change something, if any. Stale entries at the front
+        (settled locks, released sessions, messages gone) are dropped on the way, as ``tick`` would drop
+        them, so a caller waiting on this instant never waits on something that will not happen."""
         times = []
         locks = self.lock_deadlines
         while locks:
@@ -353,8 +348,10 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         del self.messages[msg.sequence_number]  # the usual settlement: _remove, inline (the message and its lock end)
         del self.locks[lock_token]
         deadlines = self.lock_deadlines
-        if deadlines and deadlines[-1][1] == lock_token:
-            deadlines.pop()  # as _unlock does
+        if deadlines:  # as _unlock does
+            newest = deadlines.pop()
+            if newest[1] != lock_token:
+                deadlines.append(newest)
         msg.lock_token = msg.locked_until = msg.holder = None
         msg.state = COMPLETED
         on_remove = self.on_remove  # as next_lock_token in _lock
@@ -447,8 +444,10 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
         token = msg.lock_token
         del self.locks[token]
         deadlines = self.lock_deadlines
-        if deadlines and deadlines[-1][1] == token:
-            deadlines.pop()
+        if deadlines:
+            newest = deadlines.pop()  # (taken and put back: cheaper than deadlines[-1])
+            if newest[1] != token:
+                deadlines.append(newest)
         msg.lock_token = msg.locked_until = msg.holder = None
 
     def _release(self, msg: StoredMessage, now: int, failed: bool) -> None:
