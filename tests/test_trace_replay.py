@@ -422,6 +422,20 @@ def test_operations_the_checker_does_not_model_make_the_piece_unknown():
     assert result["status"] == "unknown" and "schedule" in result["reason"]
 
 
+def test_a_receive_from_the_transfer_dead_letter_queue_is_unknown_not_read_as_the_dead_letter_queue():
+    # q/$Transfer/$DeadLetterQueue holds what forwarding and send-via could not deliver, which the
+    # checker does not model: reading it as q/$DeadLetterQueue made a message there a violation
+    t = Trace()
+    t.op(2, "receive", entity="q/$Transfer/$DeadLetterQueue", args=RECV)
+    t.done(2, "receive", entity="q/$Transfer/$DeadLetterQueue", deliveries=[delivery(7, "L7")])
+    result = t.check()
+    assert result["status"] == "unknown" and "transfer dead-letter" in result["reason"], result
+    t = Trace()  # the ordinary dead-letter queue is still checked: nothing was dead-lettered
+    t.op(2, "receive", entity="q/$DeadLetterQueue", args=RECV)
+    t.done(2, "receive", entity="q/$DeadLetterQueue", deliveries=[delivery(7, "L7")])
+    assert t.check()["status"] == "violation"
+
+
 # ------------------------------------------------------------------ bad input
 
 

@@ -24,7 +24,7 @@ from sbreference.entity import PING_CONTENT_TYPE, effective_time_to_live
 from sbreference.errors import ErrorCode, ServiceBusError
 from sbreference.message import Message, State, StoredMessage
 from sbreference.operations import MODIFYING, settle
-from sbreference.paths import DEAD_LETTER_SUFFIX, entity_key
+from sbreference.paths import DEAD_LETTER_SUFFIX as DLQ_SUFFIX, TRANSFER_SUFFIX, entity_key
 from sbreference.partitioning import partition_key, partition_of
 from sbreference.store import PEEK_LOCK, MessageStore
 
@@ -33,13 +33,10 @@ from .verdicts import (  # noqa: F401  (the row layout and verdicts, importable 
     PARTITION_KEY, PHASE, POS, RESULT, SEQ, SESSION, TIME, TRACE, Undecidable, Violation,
 )
 
-DLQ_SUFFIX = DEAD_LETTER_SUFFIX
 NO_ARGS: dict = {}  # the arguments of an operation recorded without any (shared: read, never changed)
 DEFAULT_SEARCH_BOUND = 2000
 MAX_CANDIDATES = 64
-#: operations between checkpoints of the state (a window needing the search rebuilds its
-#: start from the last checkpoint: more often costs copies, less often costs replays)
-CHECKPOINT_EVERY = 128
+CHECKPOINT_EVERY = 128  # operations between state checkpoints (more often: copies; less: replays in the search)
 REMEMBER_REMOVED = 20_000
 
 #: The piece an entity path belongs to: the queue or topic, lower case (sbreference/paths.py).
@@ -466,8 +463,10 @@ def _unlinked(store: MessageStore) -> MessageStore:
 
 @lru_cache(maxsize=4096)
 def _is_dead_letter(path: str | None) -> bool:
-    """Whether an entity path names a dead-letter subqueue (looked at once per path)."""
-    return (path or "").lower().endswith(DLQ_SUFFIX)
+    """Whether a path names the dead-letter subqueue; the transfer one (TXN-VIA-003) is not modelled."""
+    if (lower := (path or "").lower()).endswith(TRANSFER_SUFFIX + DLQ_SUFFIX):
+        raise Undecidable(f"the transfer dead-letter queue ({path}) is not modelled by the replay checker")
+    return lower.endswith(DLQ_SUFFIX)
 
 
 _HANDLERS = {
