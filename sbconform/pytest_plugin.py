@@ -278,7 +278,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     missing = [cap for cap in meta["needs"] if cap not in sb.capabilities]
     if missing:
         lacking = getattr(sb.probe, "lacking", {}) or {}
-        why = "; ".join(f"{m}: {lacking[m]}" for m in missing if m in lacking)
+        # one capability's reason alone; several, each named (the names are already in the line)
+        why = "; ".join(lacking[m] if len(missing) == 1 else f"{m}: {lacking[m]}" for m in missing if m in lacking)
         pytest.skip(f"target {sb.name!r} lacks capability {', '.join(repr(m) for m in missing)}" + (f" ({why})" if why else ""))
 
 

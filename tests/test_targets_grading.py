@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 pytest.importorskip("azure.servicebus")
 
 from steps.common import received_expiry, schedule_message  # noqa: E402
@@ -165,3 +167,26 @@ def test_the_paired_application_reads_each_brokers_stamps_on_the_clients_unix_cl
     stamp = lambda ms: _EPOCH + dt.timedelta(milliseconds=ms)  # noqa: E731
     primary, secondary = made.made
     assert primary._local(stamp(client_ms + 1500)) == secondary._local(stamp(client_ms - 200)) == client_ms
+
+
+def test_a_lacked_capabilitys_reason_is_given_once_without_repeating_its_name(pytester, monkeypatch) -> None:
+    # "lacks capability 'broker-clock' (broker-clock: ...)" named the capability twice
+    from sbconform.targets.reference import ReferenceTarget
+
+    monkeypatch.setattr(ReferenceTarget, "capabilities", frozenset(ReferenceTarget.capabilities) - {"sessions", "topics"})
+    monkeypatch.setattr(ReferenceTarget, "lacking", {"sessions": "no sessions here", "topics": "no topics here"}, raising=False)
+    pytester.makepyfile(test_needs='''
+        import pytest
+
+        @pytest.mark.needs("sessions")
+        def test_one(sb_target):
+            pass
+
+        @pytest.mark.needs("sessions", "topics")
+        def test_two(sb_target):
+            pass
+    ''')
+    result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider", "--sb-target", "reference")
+    out = result.stdout.str()
+    assert "lacks capability 'sessions' (no sessions here)" in out, out
+    assert "lacks capability 'sessions', 'topics' (sessions: no sessions here; topics: no topics here)" in out, out
