@@ -247,14 +247,14 @@ class MessageStore(SessionLocks, Deferral, DeadLettering):
             if max_count == 1 and mode == PEEK_LOCK:
                 # The usual receive: one message, under a peek-lock. Lane.pop_head's usual case, inline.
                 fresh = lane.fresh
-                if fresh and not lane.returned and fresh[0].state is ACTIVE:
+                if fresh and not lane.returned:
                     msg = fresh.popleft()
-                    lane.available -= 1
-                else:
-                    msg = lane.pop_head()
-                    if msg is None:
-                        return []
-                return [self._lock(msg, holder, locked_until)]
+                    if msg.state is ACTIVE:
+                        lane.available -= 1
+                        return [self._lock(msg, holder, locked_until)]
+                    fresh.appendleft(msg)  # stale (expired from the middle): pop_head drops it
+                msg = lane.pop_head()
+                return [self._lock(msg, holder, locked_until)] if msg is not None else []
         out: list[Delivery] = []
         if mode == PEEK_LOCK:
             track = lane is self.lane
