@@ -173,7 +173,7 @@ def decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool = Tr
     except WireError:
         raise
     except (IndexError, ValueError, TypeError, OverflowError, struct.error, UnicodeDecodeError) as error:
-        raise WireError(f"malformed message: {type(error).__name__}: {error}") from None
+        raise WireError(f"malformed message: {v.in_wire_words(error)}") from None
 
 
 def _decode(data: bytes | memoryview, epoch_ms: int, assign_message_id: bool) -> ModelMessage:

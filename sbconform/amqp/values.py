@@ -22,6 +22,18 @@ class WireError(ValueError):
     pass
 
 
+def in_wire_words(error: Exception) -> str:
+    """What a decoding failure means for the sender, not Python's name for it (the description goes
+    back in the rejected outcome)."""
+    if isinstance(error, UnicodeDecodeError):
+        return f"a string or symbol is not valid UTF-8 (byte 0x{error.object[error.start]:02x})"
+    if isinstance(error, (IndexError, struct.error)):
+        return "a value is cut short"
+    if "chr()" in str(error):
+        return "a char is not a Unicode code point"
+    return f"a value cannot be read ({str(error)[:80]})"
+
+
 def _width(code: int, buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """(header bytes after the code, payload bytes) of the value whose code is ``code``."""
     hi = code >> 4
