@@ -74,6 +74,10 @@ class PartitionedEntity(Entity):
         self.partition_count = partition_count
         self.available = [True] * partition_count
         self.counters = [0] * partition_count
+        #: Each partition's sequence number 0 (``sequence_number(i, 0)``), and the partition after each: the usual
+        #: send adds and looks up (Python 3.11 runs << | and % on ints through their generic paths).
+        self.sequence_base = [sequence_number(i, 0) for i in range(partition_count)]
+        self.next_partition = [(i + 1) % partition_count for i in range(partition_count)]
         self.partition_duplicates = [
             DuplicateDetection(description.duplicate_detection_history_time_window)
             if description.requires_duplicate_detection else None
@@ -208,9 +212,9 @@ class PartitionedEntity(Entity):
                 index = self.rotation
                 if not self.available[index]:
                     index = self._default_partition(None)
-                self.rotation = (index + 1) % self.partition_count
+                self.rotation = self.next_partition[index]
                 self.counters[index] = n = self.counters[index] + 1
-                seq = (index << SEQUENCE_BITS) | n  # sequence_number(index, n)
+                seq = self.sequence_base[index] + n  # sequence_number(index, n)
                 self.deliver_to(index, message, seq, now, size)
                 return seq
             key = None
