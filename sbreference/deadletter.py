@@ -14,6 +14,21 @@ from .message import (DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, TTL_EXP
                       with_dead_letter_source)
 
 
+#: System dead-letter reasons, as the dead-letter page lists them
+#: (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
+MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
+SESSION_ID_IS_NULL = ("Session ID is null.", "Session enabled entity doesn't allow a message whose session identifier is null.")
+
+
+def forward_failure(error: ServiceBusError, session_id: str | None) -> tuple[str, str]:
+    """The reason and description of a message auto-forwarding could not deliver (dead-lettered in its source):
+    a chain too long, a session-enabled destination for a message without a SessionId (OP-023), else the refusal."""
+    if error.code is ErrorCode.QUOTA_EXCEEDED and "hop" in error.text:
+        return MAX_TRANSFER_HOP_COUNT_EXCEEDED, error.text
+    if error.code is ErrorCode.INVALID_OPERATION and session_id is None and "SessionId" in error.text:
+        return SESSION_ID_IS_NULL
+    return str(error.code), error.text
+
 class DeadLettering:
     """The dead-letter half of a ``MessageStore``."""
 

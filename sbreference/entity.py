@@ -12,6 +12,7 @@ import heapq
 from typing import Any, Callable, Iterable
 
 from .clock import NEVER, TIMESPAN_MAX
+from .deadletter import SESSION_ID_IS_NULL, forward_failure
 from .dedup import DuplicateDetection
 # Descriptions and their limits, re-exported: callers import them from here.
 from .description import (  # noqa: F401
@@ -51,7 +52,6 @@ def counted(size: int, times: int = 2) -> int:
 
 #: A message forwarded through more entities than this is dead-lettered instead.
 MAX_TRANSFER_HOPS = 4
-MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
 
 
 class Entity:
@@ -111,10 +111,7 @@ class Entity:
             self.router(d.forward_to, message, now)
         except ServiceBusError as error:
             dead = StoredMessage(message, seq, now, NEVER, message_size(message))
-            dead.dead_letter_reason = (
-                MAX_TRANSFER_HOP_COUNT_EXCEEDED if error.code is ErrorCode.QUOTA_EXCEEDED and "hop" in error.text else str(error.code)
-            )
-            dead.dead_letter_description = error.text
+            dead.dead_letter_reason, dead.dead_letter_description = forward_failure(error, message.session_id)
             store.dead_letter_queue.enqueue(dead)
             self.bytes += counted(dead.size, self.large_times)
         return True
@@ -386,8 +383,7 @@ class FanOut:
                 store.tick(now)
                 if sub.description.requires_session and copy.session_id is None:
                     # The copy cannot live in a session subscription: dead-lettered at once.
-                    stored.dead_letter_reason = "Session ID is null."
-                    stored.dead_letter_description = "Session enabled entity doesn't allow a message whose session identifier is null."
+                    stored.dead_letter_reason, stored.dead_letter_description = SESSION_ID_IS_NULL
                     store.dead_letter_queue.enqueue(stored)
                     continue
                 store.enqueue(stored)

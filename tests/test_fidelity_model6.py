@@ -599,3 +599,19 @@ def test_a_date_whose_utc_instant_is_outside_datetimes_range_is_refused_when_rea
         _parse_date("0001-01-01T00:30:00+01:00")
     assert _parse_date("2026-01-01T01:00:00+01:00") == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     assert _parse_date("2026-01-01T00:00:00+01:00").utcoffset() == dt.timedelta(0)
+
+
+def test_a_message_without_session_id_forwarded_into_a_session_queue_is_dead_lettered_as_session_id_is_null() -> None:
+    """The dead-letter page's system reasons: "Session ID is null: Session enabled entity doesn't allow a message
+    whose session identifier is null" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
+    A copy fanned out to a session subscription already said so (OP-023); one auto-forwarded into a session queue
+    was dead-lettered in its source with the model's own code, "invalid-operation"."""
+    ns = Namespace(clock=VirtualClock())
+    ns.create_queue("sessions", requires_session=True)
+    ns.create_queue("src", forward_to="sessions")
+    conn = ns.connect()
+    ns.send(conn, "src", Message(b"x", message_id="m"))
+    [dead] = ns.peek("src/$DeadLetterQueue")
+    assert (dead.message_id, dead.dead_letter_reason) == ("m", "Session ID is null.")
+    assert dead.dead_letter_description == "Session enabled entity doesn't allow a message whose session identifier is null."
+    assert ns.peek("sessions") == []
