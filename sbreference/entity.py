@@ -30,6 +30,7 @@ from .errors import ErrorCode, ServiceBusError
 from .message import MESSAGE_OVERHEAD, PROPERTY_LIMIT, Delivery, Message, State, StoredMessage, header_problem, message_size
 from .rules import RuleSet, route
 from .store import MessageStore
+from .transfer import transfer_dead_letter_stores
 
 #: Content type of the paired-namespace ping (PAIR-PING-001).
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
@@ -289,11 +290,10 @@ class Entity:
         while order and order[0][1] not in self.scheduled:
             heapq.heappop(order)  # cancelled
         times = [order[0][0]] if order else []
-        for store in self.stores:
-            for s in (store, store.dead_letter_queue):
-                t = s.next_due()
-                if t is not None:
-                    times.append(t)
+        for s in (*(s for store in self.stores for s in (store, store.dead_letter_queue)), *transfer_dead_letter_stores(self)):
+            t = s.next_due()
+            if t is not None:
+                times.append(t)
         return min(times) if times else None
 
     def deliver(self, message: Message, seq: int, now: int, size: int) -> None:

@@ -28,6 +28,7 @@ from .provisioning import IMMUTABLE, MAX_ENTITIES, Provisioning  # noqa: F401 (r
 from .routing import Routing
 from .idle import Idleness
 from .tiers import messaging_units as messaging_units_of
+from .transfer import transfer_dead_letter_stores
 from .transactions import Transactions
 
 RECEIVE_MODES = (PEEK_LOCK, RECEIVE_AND_DELETE)
@@ -357,6 +358,8 @@ class Namespace(Routing, Idleness, Provisioning):
                 for store in entity.stores:
                     store.tick(now)
                     store.dead_letter_queue.tick(now)
+                for tdlq in transfer_dead_letter_stores(entity):  # TXN-VIA-003: its locks end too
+                    tdlq.tick(now)
                 if key not in changed:  # already there if it lost an idle subscription
                     changed.append(key)
         return changed
@@ -367,8 +370,8 @@ class Namespace(Routing, Idleness, Provisioning):
         return sorted(
             msg.locked_until
             for entity in self.entities.values()
-            for store in entity.stores
-            for msg in [*store.locks.values(), *store.dead_letter_queue.locks.values()]
+            for store in [*(s for store in entity.stores for s in (store, store.dead_letter_queue)), *transfer_dead_letter_stores(entity)]
+            for msg in store.locks.values()
         )
 
     # ------------------------------------------------------- public surface

@@ -67,3 +67,10 @@ def transfer_dead_letter_queue(owner: Any, path: str, next_lock_token: Any) -> T
     tdlq = TransferDeadLetterQueue(transfer_dead_letter_path(path), owner, next_lock_token)
     owner.transfer_dead_letter = tdlq
     return tdlq
+
+
+def transfer_dead_letter_stores(entity: Any) -> list[TransferDeadLetterQueue]:
+    """The transfer dead-letter queues an entity (a queue or topic) and its subscriptions have made so far: their
+    locks end in time like any dead-letter queue's (what a server waits on: ``Namespace.next_due``)."""
+    made = [getattr(owner, "transfer_dead_letter", None) for owner in (entity, *entity.stores)]
+    return [tdlq for tdlq in made if isinstance(tdlq, TransferDeadLetterQueue)]

@@ -615,3 +615,19 @@ def test_a_message_without_session_id_forwarded_into_a_session_queue_is_dead_let
     assert (dead.message_id, dead.dead_letter_reason) == ("m", "Session ID is null.")
     assert dead.dead_letter_description == "Session enabled entity doesn't allow a message whose session identifier is null."
     assert ns.peek("sessions") == []
+
+
+@pytest.mark.clauses("TXN-VIA-003")
+def test_a_transfer_dead_letter_lock_is_a_deadline_the_namespace_reports() -> None:
+    """next_due / lock_deadlines / tick_due are what a server waits on to serve waiting receivers: a lock on
+    a transfer dead-letter queue ending must be among them, as one on an ordinary dead-letter queue is."""
+    ns, clock, conn = namespace()
+    ns.create_queue("via", lock_duration=5 * SECOND)
+    ns.create_queue("dst")
+    stranded(ns, conn, "a")
+    [d] = ns.receive(conn, TDLQ)
+    assert ns.next_due() == d.locked_until
+    assert ns.lock_deadlines() == [d.locked_until]
+    clock.advance(6 * SECOND)
+    assert "via" in ns.tick_due()
+    assert ns.next_due() is None
