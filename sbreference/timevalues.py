@@ -25,15 +25,19 @@ MIN_US, MAX_US = MIN_TICKS // 10, MAX_TICKS // 10
 SPAN_TICKS = 2**63
 
 
-class Instant:
-    """A DateTime: ticks (100 ns) since 1970-01-01T00:00:00Z; made from microseconds, or ``ticks``."""
+class _Ticks:
+    """What a DateTime and a TimeSpan share: a count of ticks (100 ns) within the type's range, made from
+    microseconds or ``ticks`` (outside it: OverflowError, as C#'s), equal only to the same type's same count."""
 
     __slots__ = ("ticks",)
+    LOWEST: int
+    HIGHEST: int
+    OUTSIDE: str
 
     def __init__(self, us: int = 0, *, ticks: int | None = None) -> None:
         ticks = us * 10 if ticks is None else ticks
-        if not MIN_TICKS <= ticks <= MAX_TICKS:
-            raise OverflowError("a date outside DateTime's range")
+        if not self.LOWEST <= ticks <= self.HIGHEST:
+            raise OverflowError(self.OUTSIDE)
         self.ticks = ticks
 
     @property
@@ -42,10 +46,17 @@ class Instant:
 
     def __eq__(self, other: Any) -> bool:
         o = as_time(other)
-        return type(o) is Instant and o.ticks == self.ticks
+        return type(o) is type(self) and o.ticks == self.ticks
 
     def __hash__(self) -> int:
-        return hash(("instant", self.ticks))
+        return hash((type(self).__name__, self.ticks))
+
+
+class Instant(_Ticks):
+    """A DateTime: ticks since 1970-01-01T00:00:00Z."""
+
+    __slots__ = ()
+    LOWEST, HIGHEST, OUTSIDE = MIN_TICKS, MAX_TICKS, "a date outside DateTime's range"
 
     def timestamp(self) -> float:
         return self.ticks / 10_000_000
@@ -58,27 +69,11 @@ class Instant:
         return f"Instant({self.isoformat()})"
 
 
-class Span:
-    """A TimeSpan: ticks (100 ns); made from microseconds, or ``ticks``. Past Int64: OverflowError, as C#'s."""
+class Span(_Ticks):
+    """A TimeSpan: ticks, an Int64."""
 
-    __slots__ = ("ticks",)
-
-    def __init__(self, us: int = 0, *, ticks: int | None = None) -> None:
-        ticks = us * 10 if ticks is None else ticks
-        if not -SPAN_TICKS <= ticks < SPAN_TICKS:
-            raise OverflowError("a duration outside TimeSpan's range")
-        self.ticks = ticks
-
-    @property
-    def us(self) -> int:
-        return self.ticks // 10
-
-    def __eq__(self, other: Any) -> bool:
-        o = as_time(other)
-        return type(o) is Span and o.ticks == self.ticks
-
-    def __hash__(self) -> int:
-        return hash(("span", self.ticks))
+    __slots__ = ()
+    LOWEST, HIGHEST, OUTSIDE = -SPAN_TICKS, SPAN_TICKS - 1, "a duration outside TimeSpan's range"
 
     def total_seconds(self) -> float:
         return self.ticks / 10_000_000
