@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..amqp.sas import LOOPBACK_NAMES
 from .capabilities import Capabilities
 
 #: how far apart the client's and the broker's clocks (and one call's latency) may be, before the
@@ -77,8 +78,6 @@ def offset_from(samples: Sequence[tuple[float, float, int]]) -> ClockOffset:
 
 #: endpoint -> (time.monotonic() when measured, what was measured)
 _MEASURED: dict[str, tuple[float, ClockOffset]] = {}
-
-_LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class BrokerClockMixin:
@@ -203,7 +202,7 @@ class BrokerClockMixin:
         return measured
 
     def _unmeasured(self, why: str) -> ClockOffset:
-        if self.host in _LOOPBACK:  # this machine: one clock (a container shares the host's kernel clock)
+        if self.host in LOOPBACK_NAMES:  # this machine: one clock (a container shares the host's kernel clock)
             return ClockOffset(0, 0, f"{why}; the endpoint is on this machine, whose clock it shares")
         return ClockOffset(0, None, why)
 
