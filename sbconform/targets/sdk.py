@@ -57,7 +57,7 @@ from .azure_admin import split_path  # noqa: F401
 from .base import PEEK_LOCK, RECEIVE_AND_DELETE, Handle, Received, Target, TransactionalClient  # noqa: F401
 from .sdk_clock import OPEN_POLL_MS, ClockMixin, close_sdk_client, set_open_poll
 from .sdk_messages import MessagesMixin
-from .sdk_offset import BrokerClockMixin, ClockOffset
+from .sdk_offset import BrokerClockMixin, ClockOffset, host_port
 from .sdk_provision import ProvisioningMixin, RestProvisioner
 from .sdk_tier import TierMixin
 from .sdk_support import (  # noqa: E402,F401  (re-exported: other modules import them from here)
@@ -183,10 +183,7 @@ class SdkTarget(TierMixin, BrokerClockMixin, ClockMixin, ProvisioningMixin, Mess
         if self.serve:
             self.connection_string = shared_server().connection_string
         parts = parse_connection_string(self.connection_string or "")
-        endpoint = parts.get("endpoint", "")
-        host_port = endpoint.split("://", 1)[-1].strip("/")
-        host, _, port = host_port.partition(":")
-        self.host, self.port = host or "localhost", int(port or 5672)
+        self.host, self.port = host_port(parts.get("endpoint", ""))  # as the clock's measurements are keyed (sdk_offset)
         mode = self.control_mode
         if mode == "admin":
             from .azure_admin import AdminProvisioner

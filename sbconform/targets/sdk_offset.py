@@ -76,6 +76,12 @@ def offset_from(samples: Sequence[tuple[float, float, int]]) -> ClockOffset:
     return ClockOffset(round((low + high) / 2), round((high - low) / 2) + 1, f"measured from {len(samples)} probe messages")
 
 
+def host_port(endpoint: str) -> tuple[str, int]:
+    """``sb://host:port/`` (a connection string's Endpoint) -> ``(host, port)``: localhost and 5672 when not said."""
+    host, _, port = endpoint.split("://", 1)[-1].strip("/").partition(":")
+    return host or "localhost", int(port or 5672)
+
+
 #: endpoint -> (time.monotonic() when measured, what was measured)
 _MEASURED: dict[str, tuple[float, ClockOffset]] = {}
 
@@ -162,9 +168,8 @@ class BrokerClockMixin:
             from . import serve_process
 
             connection_string = getattr(serve_process._SERVE, "connection_string", None)
-        endpoint = parse_connection_string(connection_string or "").get("endpoint", "")
-        host, _, port = endpoint.split("://", 1)[-1].strip("/").partition(":")
-        return f"{host or 'localhost'}:{int(port or 5672)}"
+        host, port = host_port(parse_connection_string(connection_string or "").get("endpoint", ""))
+        return f"{host}:{port}"
 
     def _count_on_broker_clock(self) -> None:
         """From now on the target's time is the broker's: its clock measured (real time), and the
