@@ -6,11 +6,12 @@ Pure functions; ``admin_http`` serves them."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from .atom import API_VERSION, ATOM, SB, XSI, HttpError, _bool, _document, _el, _local, _utc, parse_xml
+from sbreference.timevalues import SPAN_TICKS, Instant, Span
+
+from .atom import _DURATION, API_VERSION, ATOM, SB, XSI, HttpError, _bool, _document, _el, _local, _utc, parse_xml
 
 #: XML Schema, the namespace of the key-value pairs' value types (``d6p1:int``)
 XSD = "http://www.w3.org/2001/XMLSchema"
@@ -30,8 +31,6 @@ def _value_type(value: Any) -> tuple[str, str]:
     (the Python SDK's ``serialize_value_type`` reads and writes the same names): dates as
     ``dateTime`` in UTC, durations as ``duration`` (RULES-CORR-004, RULES-SQL-016); the model's own (a TimeSpan added
     over AMQP as com.microsoft:timespan) as those."""
-    from sbreference.timevalues import Instant, Span
-
     if isinstance(value, Instant):
         value = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=value.us)
     elif isinstance(value, Span):
@@ -69,9 +68,6 @@ def _duration_text(value: dt.timedelta) -> str:
     return sign + (out if out != "P" else "PT0S")
 
 
-_XS_DURATION = re.compile(r"^(-)?P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
-
-
 def _parse_date(text: str) -> dt.datetime:
     """An xs:dateTime as a UTC DateTime; ValueError (not a valid dateTime) or OverflowError (its UTC
     instant outside DateTime's range, e.g. 0001-01-01T00:30:00+01:00) is the caller's 400."""
@@ -79,22 +75,18 @@ def _parse_date(text: str) -> dt.datetime:
     return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
 
 
-#: TimeSpan's range in ticks (100 ns): Int64
-TIMESPAN_TICKS = 2**63
-
-
 def _parse_duration(text: str) -> dt.timedelta:
     """An xs:duration read to the tick (100 ns, as XmlConvert.ToTimeSpan reads it; digits past the seventh are
     dropped), OverflowError past TimeSpan's range (Service Bus's reader overflows: the caller's 400), then held to the
     microsecond toward zero: written back, it is never larger than it was (TimeSpan.MaxValue, P10675199DT2H48M5.4775807S,
     rounded up to ...5.477581S, was past it: a .NET client could not read it back)."""
-    m = _XS_DURATION.match(text.strip())
+    m = _DURATION.match(text.strip())
     if not m or text.strip().lstrip("-") in ("P", "PT"):
         raise ValueError(text)
     days, hours, minutes = (int(g) if g else 0 for g in m.groups()[1:4])
     whole, _, fraction = (m.group(5) or "0").partition(".")
     ticks = ((days * 24 + hours) * 60 + minutes) * 60 * 10**7 + int(whole) * 10**7 + int((fraction + "0" * 7)[:7])
-    if ticks > TIMESPAN_TICKS - (0 if m.group(1) else 1):
+    if ticks > SPAN_TICKS - (0 if m.group(1) else 1):
         raise OverflowError(f"{text} is outside TimeSpan's range")
     span = dt.timedelta(microseconds=ticks // 10)
     return -span if m.group(1) else span
