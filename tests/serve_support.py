@@ -334,3 +334,23 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS")
+
+
+def strand_via(port: int, admin, via: str, dest: str, message_id: str = "m1") -> None:
+    """A message in ``via``'s transfer dead-letter queue, as Service Bus puts it there (TXN-VIA-002): sent
+    via ``via`` to ``dest`` in a transaction, ``dest`` made SendDisabled (through ``admin``) before the commit."""
+    from sbreference import Message
+
+    from sbconform.targets.proton_txn import ProtonTransactionalClient
+    from sbconform.targets.sdk import _code_of_condition
+
+    client = ProtonTransactionalClient("127.0.0.1", port, KEY_NAME, KEY, timeout=10, condition_code=_code_of_condition)
+    try:
+        txn = client.declare()
+        client.send(txn, dest, [Message(body=b"stranded", message_id=message_id)], via=via)
+        queue = admin.get_queue(dest)
+        queue.status = "SendDisabled"
+        admin.update_queue(queue)
+        client.discharge(txn, True)
+    finally:
+        client.close()

@@ -389,26 +389,15 @@ def test_serve_lets_the_python_sdk_receive_from_a_transfer_dead_letter_queue(ser
     '<queue>/$Transfer/$DeadLetterQueue'; serve read the address as the queue 'via/$Transfer' (not found)."""
     from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
     from azure.servicebus.management import ServiceBusAdministrationClient
-    from serve_support import KEY, KEY_NAME
+    from serve_support import strand_via
 
     from sbconform.server.admin_http import plain_http_transport
-    from sbconform.targets.proton_txn import ProtonTransactionalClient
-    from sbconform.targets.sdk import _code_of_condition
 
     server, amqp, rest = served
     with ServiceBusAdministrationClient.from_connection_string(rest, transport=plain_http_transport(), retry_total=0) as admin:
         admin.create_queue("tvia")
         admin.create_queue("tdst")
-        txn_client = ProtonTransactionalClient("127.0.0.1", server.port, KEY_NAME, KEY, timeout=10, condition_code=_code_of_condition)
-        try:
-            txn = txn_client.declare()
-            txn_client.send(txn, "tdst", [Message(body=b"stranded", message_id="m1")], via="tvia")
-            dest = admin.get_queue("tdst")
-            dest.status = "SendDisabled"
-            admin.update_queue(dest)
-            txn_client.discharge(txn, True)
-        finally:
-            txn_client.close()
+        strand_via(server.port, admin, "tvia", "tdst")
         assert admin.get_queue_runtime_properties("tvia").transfer_dead_letter_message_count == 1
         with ServiceBusClient.from_connection_string(amqp, retry_total=0) as client:
             with client.get_queue_receiver("tvia", sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER, max_wait_time=3) as receiver:

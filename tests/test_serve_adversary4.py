@@ -351,24 +351,11 @@ def test_the_transfer_dead_letter_count_is_the_models(broker, admin) -> None:
     """A message sent via 'tdl-via' to a destination disabled before the commit goes to the via entity's
     transfer dead-letter queue (TXN-VIA-002, service-bus-dead-letter-queues). The model counts it; the
     REST API wrote TransferDeadLetterMessageCount as 0 and left it out of MessageCount."""
-    from sbreference import Message
-
-    from sbconform.targets.proton_txn import ProtonTransactionalClient
-    from sbconform.targets.sdk import _code_of_condition
-    from serve_support import KEY, KEY_NAME
+    from serve_support import strand_via
 
     admin.create_queue("tdl-via")
     admin.create_queue("tdl-dest")
-    client = ProtonTransactionalClient("127.0.0.1", broker[0].port, KEY_NAME, KEY, timeout=10, condition_code=_code_of_condition)
-    try:
-        txn = client.declare()
-        client.send(txn, "tdl-dest", [Message(body=b"stranded", message_id="m1")], via="tdl-via")
-        dest = admin.get_queue("tdl-dest")
-        dest.status = "SendDisabled"
-        admin.update_queue(dest)
-        client.discharge(txn, True)
-    finally:
-        client.close()
+    strand_via(broker[0].port, admin, "tdl-via", "tdl-dest")
     via = admin.get_queue_runtime_properties("tdl-via")
     assert (via.transfer_dead_letter_message_count, via.active_message_count, via.total_message_count) == (1, 0, 1)
     admin.delete_queue("tdl-via")
