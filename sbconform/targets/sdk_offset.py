@@ -86,6 +86,12 @@ def host_port(endpoint: str) -> tuple[str, int]:
 _MEASURED: dict[str, tuple[float, ClockOffset]] = {}
 
 
+def _recent(endpoint: str) -> ClockOffset | None:
+    """What this process measured on ``endpoint`` less than ``REMEASURE_S`` ago, if anything."""
+    known = _MEASURED.get(endpoint)
+    return known[1] if known is not None and time.monotonic() - known[0] < REMEASURE_S else None
+
+
 class BrokerClockMixin:
     """The SDK target's measurement of the broker's clock (``broker_clock``), what it grades
     (the capability ``broker-clock``) and its ``capabilities``: the declared ones (``_declared``)
@@ -145,10 +151,10 @@ class BrokerClockMixin:
     def _probes_clock(self) -> ClockOffset:
         """A target not opened: the measurement of its endpoint in this process, else one made by
         opening it (and closing it again)."""
-        known = _MEASURED.get(self._configured_endpoint())
-        if known is not None and time.monotonic() - known[0] < REMEASURE_S:
-            self.broker_clock = known[1]
-            return known[1]
+        known = _recent(self._configured_endpoint())
+        if known is not None:
+            self.broker_clock = known
+            return known
         if getattr(self, "_opened", False):  # opened without measuring (never the case today): left unknown
             return ClockOffset(0, None, "not measured by the open target")
         try:
@@ -195,9 +201,9 @@ class BrokerClockMixin:
     def _measure_broker_clock(self) -> ClockOffset:
         """The broker's clock, measured once per endpoint and process (``REMEASURE_S``)."""
         key = self._endpoint_key()
-        known = _MEASURED.get(key)
-        if known is not None and time.monotonic() - known[0] < REMEASURE_S:
-            return known[1]
+        known = _recent(key)
+        if known is not None:
+            return known
         try:
             measured = self._probe_clock()
         except Exception as error:  # no queue may be created, a send refused: unknown, said
