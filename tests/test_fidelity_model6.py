@@ -590,6 +590,7 @@ def test_a_date_whose_utc_instant_is_outside_datetimes_range_is_refused_when_rea
     assert _parse_date("2026-01-01T00:00:00+01:00").utcoffset() == dt.timedelta(0)
 
 
+@pytest.mark.clauses("SETTLE-FWD-004", "SETTLE-SESS-001")
 def test_a_message_without_session_id_forwarded_into_a_session_queue_is_dead_lettered_as_session_id_is_null() -> None:
     """The dead-letter page's system reasons: "Session ID is null: Session enabled entity doesn't allow a message
     whose session identifier is null" (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
