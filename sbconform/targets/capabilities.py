@@ -15,6 +15,11 @@ from collections.abc import Set as AbstractSet
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 
+def declared_names(capabilities: Iterable[str]) -> frozenset[str]:
+    """The names in ``capabilities``: a ``Capabilities``' declared ones (its measured ones undecided)."""
+    return capabilities.declared if isinstance(capabilities, Capabilities) else frozenset(capabilities)
+
+
 class Capabilities(AbstractSet):
     """``declared`` capabilities, and ``measured`` ones: name -> a function saying whether the target has it."""
 
@@ -40,11 +45,10 @@ class Capabilities(AbstractSet):
         return len(self._decided())
 
     def __or__(self, other: Any) -> "Capabilities":
-        more = set(other.declared if isinstance(other, Capabilities) else other)
-        return Capabilities(self.declared | more, self.measured)
+        return Capabilities(self.declared | declared_names(other), self.measured)
 
     def __sub__(self, other: Any) -> "Capabilities":
-        fewer = set(other.declared if isinstance(other, Capabilities) else other)
+        fewer = declared_names(other)
         return Capabilities(self.declared - fewer, {k: v for k, v in self.measured.items() if k not in fewer})
 
     def __repr__(self) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..amqp.sas import LOOPBACK_NAMES
-from .capabilities import Capabilities
+from .capabilities import Capabilities, declared_names
 
 #: how far apart the client's and the broker's clocks (and one call's latency) may be, before the
 #: offset's uncertainty is added (ms)
@@ -120,7 +120,7 @@ class BrokerClockMixin:
 
     @capabilities.setter
     def capabilities(self, value: Any) -> None:
-        self._declared = frozenset(value.declared if isinstance(value, Capabilities) else value) - {BROKER_CLOCK}
+        self._declared = declared_names(value) - {BROKER_CLOCK}
 
     @property
     def clock_tolerance(self) -> int:
