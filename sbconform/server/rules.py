@@ -69,8 +69,6 @@ _CONFIG_CORRELATION = {
 }
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-#: .NET's TimeSpan in AMQP: com.microsoft:timespan, a long of 100 ns ticks (service-bus-amqp-request-response)
-TIMESPAN = "com.microsoft:timespan"
 
 
 def _outward(value: Instant | Span | Guid | Uri) -> Any:
@@ -85,7 +83,7 @@ def _outward(value: Instant | Span | Guid | Uri) -> Any:
         return Described(symbol(wire.URI), str(value))
     if isinstance(value, Instant):
         return _EPOCH + dt.timedelta(microseconds=value.us)
-    return Described(symbol(TIMESPAN), value.ticks)
+    return Described(symbol(wire.TIMESPAN), value.ticks)
 
 
 install_outward(_outward)
@@ -176,8 +174,10 @@ def _amqp_values(values: Any) -> dict:
     out = {}
     for k, v in dict(values).items():
         t = as_time(v)
-        if isinstance(v, (Guid, Uri)) or type(t) is Span:
-            v = _outward(v if isinstance(v, (Guid, Uri)) else t)
+        if isinstance(v, (Guid, Uri)):
+            v = _outward(v)
+        elif type(t) is Span:
+            v = _outward(t)
         elif t is not None:
             v = timestamp(t.ticks // 10_000)
         out[k] = v
