@@ -70,7 +70,7 @@ def properties_of(
     """What a filter sees of a message: its system properties and its application properties (times: RULES-SQL-016).
     At the topic it has not been delivered, locked nor dead-lettered here (RULES-SQL-017); it expires at its
     enqueue time plus its time to live (DateTime.MaxValue without one: the topic's default is not known here)."""
-    system = {f: getattr(message, f) for f in _MESSAGE_FIELDS if hasattr(message, f)}
+    system = {f: getattr(message, f) for f in _MESSAGE_FIELDS}
     system["sequence_number"] = system["enqueued_sequence_number"] = sequence_number
     system["enqueued_time"] = enqueued_time
     system["size"] = size
@@ -80,7 +80,9 @@ def properties_of(
     return Properties(system, message.application_properties, epoch_ms)
 
 
-_MESSAGE_FIELDS = tuple(sorted(set(SYSTEM_PROPERTIES.values())))
+#: the system properties a Message carries (a slotted dataclass: every instance has each field); the rest are the
+#: broker's, set by properties_of or absent (null), so routing a message does not look for them on it
+_MESSAGE_FIELDS = tuple(f for f in sorted(set(SYSTEM_PROPERTIES.values())) if f in Message.__dataclass_fields__)
 
 
 # ----------------------------------------------------------------------- filters
