@@ -118,8 +118,6 @@ def _same(expected: Any, actual: Any) -> bool:
     return type(expected) is type(actual) and expected == actual
 
 
-
-
 @dataclass(frozen=True)
 class CorrelationFilter:
     """RULES-CORR-001..003: every property it names must equal the message's (a logical AND)."""

@@ -373,7 +373,6 @@ class Transactions:
                 committed.setdefault(op.path, []).extend(entity.accept(list(op.messages), ns.clock.now))
         return committed
 
-
     def _stranded(self, txn: Transaction, destination: Any, op: Operation) -> bool:
         """TXN-VIA-002: "If the destination queue or topic is disabled, the message is sent to the transfer dead-letter
         queue (TDLQ) of the source queue. If the destination queue or entity exceeds the entity size, the message is
